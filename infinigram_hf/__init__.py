@@ -1,0 +1,20 @@
+"""infinigram_hf: the ∞-gram language model (unbounded-n n-gram counts from a suffix array),
+served into HuggingFace decoding."""
+from .errors import IndexFormatError, InfiniGramError, TokenizerMismatchError
+from .index import InfiniGramIndex
+from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InfiniGramIndex",
+    "InfiniGramError",
+    "IndexFormatError",
+    "TokenizerMismatchError",
+    "Document",
+    "FindResult",
+    "NextTokenDistribution",
+    "ProbResult",
+    "ScoreResult",
+    "__version__",
+]

@@ -1,0 +1,39 @@
+"""The compiled core and the one place that turns its return codes into Python exceptions."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import IndexFormatError, InfiniGramError
+
+try:
+    from ._core import ffi, lib
+except ImportError as exc:  # pragma: no cover - only when the package was not built
+    raise ImportError(
+        "infinigram_hf's C core is not compiled; install the package with `pip install .` "
+        "(or `pip install -e .`) so that cffi builds it"
+    ) from exc
+
+ERR_LEN = 1024
+
+
+def err_buffer():
+    return ffi.new("char[]", ERR_LEN)
+
+
+def check(rc: int, err) -> None:
+    """Raise the exception that matches a C return code (0 returns None)."""
+    if rc == lib.IG_OK:
+        return
+    msg = ffi.string(err).decode("utf-8", "replace") or ffi.string(lib.ig_strerror(rc)).decode()
+    if rc == lib.IG_ERR_ARG:
+        raise ValueError(msg)
+    if rc == lib.IG_ERR_FORMAT:
+        raise IndexFormatError(msg)
+    if rc == lib.IG_ERR_NOMEM:
+        raise MemoryError(msg)
+    raise InfiniGramError(msg)
+
+
+def ptr(array: np.ndarray, ctype: str):
+    """A typed pointer into a contiguous numpy array (zero-copy)."""
+    return ffi.cast(ctype + " *", ffi.from_buffer(array))

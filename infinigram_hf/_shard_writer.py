@@ -1,0 +1,66 @@
+"""Thin owner of the C shard writer: documents in (uint32 ids + offsets), shard files out."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._native import check, err_buffer, ffi, lib, ptr
+
+
+def shard_peak_bytes(total_len: int, token_width: int) -> int:
+    """Memory the C core needs at peak to finish a shard of total_len tokens (separators included)."""
+    return int(lib.ig_writer_peak_bytes(total_len, token_width))
+
+
+class ShardWriter:
+    """Collects documents for one shard and writes tokens.bin, sa.bin, docs.bin, unigram.bin."""
+
+    def __init__(self, shard_dir: Path, token_width: int, vocab_size: int):
+        self.dir = Path(shard_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        out = ffi.new("ig_writer **")
+        err = err_buffer()
+        check(lib.ig_writer_new(out, os.fsencode(self.dir), token_width, vocab_size, err, len(err)), err)
+        self._w = ffi.gc(out[0], lib.ig_writer_free)
+
+    def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Append documents: document i is ids[offsets[i]:offsets[i+1]]."""
+        ids = np.ascontiguousarray(ids, dtype=np.uint32)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if len(offsets) < 2:
+            return
+        if offsets[0] < 0 or offsets[-1] > len(ids):
+            raise ValueError("document offsets point outside the token array")
+        err = err_buffer()
+        check(lib.ig_writer_add_docs(self._w, ptr(ids, "uint32_t"), ptr(offsets, "int64_t"),
+                                     len(offsets) - 1, err, len(err)), err)
+
+    @property
+    def total_len(self) -> int:
+        """Tokens held so far, one separator per document included."""
+        return int(lib.ig_writer_total_len(self._w))
+
+    @property
+    def num_docs(self) -> int:
+        return int(lib.ig_writer_num_docs(self._w))
+
+    def finish(self) -> dict:
+        """Build the suffix array and write the files; returns the shard's meta entry."""
+        n_docs, total = self.num_docs, self.total_len
+        err = err_buffer()
+        rc = lib.ig_writer_finish(self._w, err, len(err))
+        self.release()
+        check(rc, err)
+        sa_width = 1
+        while sa_width < 8 and (max(total, 1) - 1) >> (8 * sa_width):
+            sa_width += 1
+        return {"dir": self.dir.name, "num_tokens": total - n_docs, "num_docs": n_docs,
+                "total_len": total, "sa_width": sa_width}
+
+    def release(self) -> None:
+        """Free the collected tokens now rather than at garbage collection."""
+        if self._w is not None:
+            w, self._w = self._w, None
+            ffi.release(w)

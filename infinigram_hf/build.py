@@ -1,0 +1,347 @@
+"""build_index: corpus -> tokens -> shards -> an index directory, published atomically.
+
+The corpus is streamed in batches; documents collect in the C shard writer until the memory
+budget says the shard is full, then its suffix array is built and written. Everything is written
+into a temporary sibling directory that is renamed to `out_dir` only when complete, so an
+interrupted or failed build leaves nothing at `out_dir` (and its leftovers are cleaned up by the
+next build into the same place).
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import format as fmt
+from . import tokenization as tk
+from ._native import lib
+from ._shard_writer import ShardWriter
+from .index import InfiniGramIndex
+from .sources import Batch, iter_batches, source_length
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(tmp|old)-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def parse_size(size: Union[int, str]) -> int:
+    """'4GiB', '512M', 2**30 -> bytes."""
+    if isinstance(size, int):
+        value = size
+    else:
+        m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(size))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"cannot parse memory size {size!r} (e.g. '4GiB', '512MiB')")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"memory size must be positive, got {size!r}")
+    return value
+
+
+def max_shard_len(memory_budget: int, token_width: int) -> int:
+    """Largest shard (tokens + separators) whose build fits the budget."""
+    fixed = int(lib.ig_writer_peak_bytes(0, token_width))
+    per_token = int(lib.ig_writer_peak_bytes(1 << 20, token_width) - fixed) / (1 << 20)
+    n = int((memory_budget - fixed) / per_token)
+    if n < 1:
+        raise ValueError(f"memory budget of {memory_budget} bytes is too small to build a shard")
+    return min(n, int(lib.IG_MAX_SHARD_TOKENS))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_builds(out_dir: Path) -> List[Path]:
+    """Remove temporary directories left next to out_dir by builds that were killed."""
+    removed = []
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return removed
+    for entry in parent.iterdir():
+        m = _TMP_RE.match(entry.name)
+        if m and m.group("name") == out_dir.name and not _alive(int(m.group("pid"))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+# ------------------------------------------------------------------ tokenization
+
+_WORKER_TOKENIZER: Any = None
+
+
+def _worker_init(tok: Any) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tok
+
+
+def _worker_encode(texts: List[str]) -> List[List[int]]:
+    return tk.encode_texts(_WORKER_TOKENIZER, texts)
+
+
+def _flatten(seqs: Sequence[Any], vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token-id sequences -> (uint32 ids, int64 offsets), with ids checked against the vocabulary."""
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] == 0:
+        return np.zeros(0, dtype=np.uint32), offsets
+    flat = np.concatenate([np.asarray(s).ravel() for s in seqs if len(s)])
+    if flat.size and not np.issubdtype(flat.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {flat.dtype}")
+    if flat.size and (flat.min() < 0 or flat.max() >= vocab_size):
+        bad = int(flat.min()) if flat.min() < 0 else int(flat.max())
+        raise ValueError(f"token id {bad} is outside the vocabulary (vocab_size={vocab_size})")
+    return flat.astype(np.uint32, copy=False), offsets
+
+
+class _Tokenized:
+    """Turns text batches into id batches, in this process or a pool of workers."""
+
+    def __init__(self, tok: Any, num_proc: int):
+        self.tok = tok
+        self.pool = None
+        if num_proc > 1:
+            ctx = multiprocessing.get_context("spawn")
+            self.pool = ctx.Pool(num_proc, initializer=_worker_init, initargs=(tok,))
+
+    def map(self, batches: Iterator[Batch]) -> Iterator[tuple[List[Any], List[Optional[dict]]]]:
+        if self.pool is None:
+            for b in batches:
+                yield (b.ids if b.ids is not None else tk.encode_texts(self.tok, b.texts)), b.metadata
+            return
+        # Keep text batches in order while workers tokenize ahead.
+        pending: list = []
+        for b in batches:
+            if b.ids is not None:
+                pending.append((None, b))
+            else:
+                pending.append((self.pool.apply_async(_worker_encode, (b.texts,)), b))
+            while len(pending) > 2 * self.pool._processes or (pending and pending[0][0] is not None and pending[0][0].ready()):
+                res, first = pending.pop(0)
+                yield (first.ids if res is None else res.get()), first.metadata
+        for res, b in pending:
+            yield (b.ids if res is None else res.get()), b.metadata
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+            self.pool = None
+
+
+# ------------------------------------------------------------------ the build
+
+
+def build_index(
+    source: Any,
+    out_dir: Union[str, os.PathLike],
+    *,
+    tokenizer: Any = None,
+    vocab_size: Optional[int] = None,
+    text_column: str = "text",
+    metadata_columns: Sequence[str] = (),
+    memory_budget: Union[int, str] = "4GiB",
+    max_shard_tokens: Optional[int] = None,
+    batch_size: int = 1000,
+    num_proc: int = 1,
+    overwrite: bool = False,
+    save_tokenizer: bool = True,
+    progress: bool = True,
+) -> InfiniGramIndex:
+    """Build an ∞-gram index and return it opened.
+
+    Args:
+        source: a `datasets.Dataset` / `IterableDataset` (a text column, or `input_ids`), an
+            iterable of strings, a path (or list of `Path`s) of .txt files (one document each) or
+            .jsonl files (one per line), a directory of them, or pre-tokenized documents
+            (sequences / numpy arrays of ints, with `vocab_size=`).
+        out_dir: the index directory to create.
+        tokenizer: an HF tokenizer object, a name / local path for `AutoTokenizer`, or None for
+            UTF-8 bytes (character-level work).
+        vocab_size: for pre-tokenized input without a tokenizer: ids must be < vocab_size.
+        metadata_columns: dataset / jsonl columns kept per document (e.g. id, url, source).
+        memory_budget: peak memory for building one shard ('4GiB'); a larger corpus is cut into
+            several shards whose counts add up at query time.
+        max_shard_tokens: cap a shard's size (tokens plus one separator per document) below what
+            the budget allows, e.g. to make shards of a fixed size.
+        num_proc: processes for tokenization (fast tokenizers are already multi-threaded).
+        overwrite: replace an existing index at out_dir (only once the new one is complete).
+        save_tokenizer: save an HF tokenizer inside the index (index/tokenizer/) for the CLI.
+        progress: show a tqdm progress bar (documents, tokens/s).
+    """
+    out = Path(out_dir).absolute()
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_builds(out)
+
+    pretokenized_only = tokenizer is None and vocab_size is not None
+    tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
+    if tok is not None:
+        tok_vocab = tk.tokenizer_vocab_size(tok)
+        if vocab_size is not None and vocab_size < tok_vocab:
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {tok_vocab} ids")
+        vocab_size = vocab_size or tok_vocab
+    width = fmt.token_width_for(int(vocab_size))
+    budget = parse_size(memory_budget)
+    shard_cap = max_shard_len(budget, width)
+    if max_shard_tokens is not None:
+        if max_shard_tokens < 1:
+            raise ValueError(f"max_shard_tokens must be positive, got {max_shard_tokens}")
+        shard_cap = min(shard_cap, int(max_shard_tokens))
+
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    tokenized = None
+    writer: Optional[ShardWriter] = None
+    metawriter: Optional[fmt.DocMetaWriter] = None
+    started = time.time()
+    bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
+    try:
+        shards: list[dict] = []
+        tokens_seen = 0
+        has_meta = bool(metadata_columns) or _is_file_source(source)  # files keep their path
+
+        def open_shard() -> tuple[ShardWriter, Optional[fmt.DocMetaWriter]]:
+            d = tmp / fmt.shard_dir_name(len(shards))
+            w = ShardWriter(d, width, int(vocab_size))
+            return w, (fmt.DocMetaWriter(d) if has_meta else None)
+
+        def close_shard() -> None:
+            entry = writer.finish()
+            if metawriter is not None:
+                metawriter.close()
+            shards.append(entry)
+
+        tokenized = _Tokenized(tok, num_proc) if tok is not None else None
+        batches = iter_batches(source, text_column=text_column, metadata_columns=metadata_columns,
+                               batch_size=batch_size)
+        stream = tokenized.map(batches) if tokenized else ((b.ids, b.metadata) for b in batches if b.ids is not None or _reject_text(b))
+        writer, metawriter = open_shard()
+        for seqs, metas in stream:
+            ids, offsets = _flatten(seqs, int(vocab_size))
+            # Split the batch where the shard fills up (a single document may not exceed a shard).
+            start = 0
+            n_docs = len(seqs)
+            while start < n_docs:
+                room = shard_cap - writer.total_len
+                sizes = offsets[start + 1:] - offsets[start] + np.arange(1, n_docs - start + 1)
+                fit = int(np.searchsorted(sizes, room, side="right"))
+                if fit == 0:
+                    if writer.num_docs == 0:
+                        raise ValueError(
+                            f"a document of {int(offsets[start + 1] - offsets[start])} tokens does not fit a shard "
+                            f"of {shard_cap} tokens; raise memory_budget")
+                    close_shard()
+                    writer, metawriter = open_shard()
+                    continue
+                writer.add(ids, offsets[start:start + fit + 1])
+                if metawriter is not None:
+                    for m in metas[start:start + fit]:
+                        metawriter.add(m)
+                start += fit
+            tokens_seen += int(offsets[-1])
+            bar.update(n_docs)
+            elapsed = max(time.time() - started, 1e-9)
+            bar.set_postfix(tokens=f"{tokens_seen:,}", tok_per_s=f"{tokens_seen / elapsed:,.0f}")
+        if writer.num_docs or not shards:
+            close_shard()
+        writer = None
+        meta = {
+            "format": fmt.FORMAT_NAME,
+            "format_version": fmt.FORMAT_VERSION,
+            "tokenizer_name": tk.tokenizer_name(tok) if tok is not None else None,
+            "vocab_fingerprint": tk.vocab_fingerprint(tok) if tok is not None else None,
+            "eos_token_id": tk.eos_token_id(tok) if tok is not None else None,
+            "vocab_size": int(vocab_size),
+            "token_width": width,
+            "separator_id": fmt.separator_for(width),
+            "num_tokens": sum(s["num_tokens"] for s in shards),
+            "num_docs": sum(s["num_docs"] for s in shards),
+            "shards": shards,
+            "build": {
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "memory_budget": budget,
+                "max_shard_len": shard_cap,
+                "text_column": text_column,
+                "metadata_columns": list(metadata_columns),
+                "seconds": round(time.time() - started, 3),
+                "infinigram_hf_version": _version(),
+            },
+        }
+        if save_tokenizer and tok is not None and hasattr(tok, "save_pretrained"):
+            tok.save_pretrained(str(tmp / "tokenizer"))
+        fmt.write_meta(tmp, meta)
+        _publish(tmp, out, overwrite)
+    except BaseException:
+        if metawriter is not None:
+            metawriter.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        bar.close()
+        if tokenized is not None:
+            tokenized.close()
+    return InfiniGramIndex.open(out)
+
+
+def _is_file_source(source: Any) -> bool:
+    if isinstance(source, (str, os.PathLike)):
+        return True
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(s, Path) for s in source)
+
+
+def _reject_text(batch: Batch) -> bool:
+    raise ValueError("text documents need a tokenizer (tokenizer=None means bytes; do not pass vocab_size)")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished build into place. An existing index is moved aside first and removed
+    only after the new one is in place, so a failure never loses both."""
+    _fsync_dir(tmp)
+    old = None
+    if out.exists():
+        if not overwrite:
+            raise FileExistsError(f"{out} appeared while building; not replacing it")
+        old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    _fsync_dir(out.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

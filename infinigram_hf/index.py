@@ -1,0 +1,358 @@
+"""InfiniGramIndex: the Python face of the C core. Token ids in, numpy arrays and small frozen
+results out. Opening memory-maps the files; nothing is read until a query touches it."""
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from . import format as fmt
+from ._native import check, err_buffer, ffi, lib, ptr
+from .errors import IndexFormatError, InfiniGramError
+from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+
+PathLike = Union[str, os.PathLike]
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+def as_ids(ids: Any, name: str = "ids") -> np.ndarray:
+    """Token ids as a contiguous uint32 array; a clear ValueError for anything that is not."""
+    if hasattr(ids, "detach"):  # torch tensors, without importing torch
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        return _EMPTY
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.dtype == np.uint32:
+        return np.ascontiguousarray(arr)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi > 0xFFFFFFFF:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name}: id {bad} is outside the vocabulary")
+    return np.ascontiguousarray(arr, dtype=np.uint32)
+
+
+def _token(token: Any) -> np.ndarray:
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+        raise ValueError(f"token must be an int id, got {token!r}")
+    return as_ids([int(token)], "token")
+
+
+class InfiniGramIndex:
+    """A read-only ∞-gram index (one or several index directories queried as one).
+
+    Example:
+        >>> index = InfiniGramIndex.open("my_index")           # doctest: +SKIP
+        >>> index.count([464, 2068])                            # doctest: +SKIP
+        >>> index.infgram_ntd(tokenizer.encode("def main(")).as_dict()  # doctest: +SKIP
+
+    Thread-safe: any number of threads may query one index at once; the C calls release the GIL.
+    """
+
+    def __init__(self, paths: Sequence[Path], metas: list[dict[str, Any]]):
+        self.paths = list(paths)
+        self.meta = metas[0]
+        self._metas = metas
+        shard_dirs = [Path(p) / s["dir"] for p, m in zip(paths, metas) for s in m["shards"]]
+        self._shard_dirs = shard_dirs
+        c_dirs = [ffi.new("char[]", os.fsencode(d)) for d in shard_dirs]
+        arr = ffi.new("char *[]", c_dirs)
+        out = ffi.new("ig_index **")
+        err = err_buffer()
+        check(lib.ig_open(out, arr, len(c_dirs), err, len(err)), err)
+        self._ix = out[0]
+        info = ffi.new("ig_info *")
+        lib.ig_get_info(self._ix, info)
+        self._info = info
+        self._lock = threading.Condition()
+        self._active = 0
+        self._check_against_meta()
+        self._shard_docs = np.zeros(len(shard_dirs) + 1, dtype=np.int64)
+        for i in range(len(shard_dirs)):
+            self._shard_docs[i + 1] = self._shard_docs[i] + self._shard_info(i)[2]
+        self._docmeta = [fmt.DocMetadata(d, self._shard_info(i)[2]) for i, d in enumerate(shard_dirs)]
+
+    # ------------------------------------------------------------ opening and closing
+
+    @classmethod
+    def open(cls, path: Union[PathLike, Sequence[PathLike]]) -> "InfiniGramIndex":
+        """Open an index directory, or a list of them as one index whose counts add up."""
+        paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
+        if not paths:
+            raise ValueError("no index path given")
+        metas = [fmt.read_meta(p) for p in paths]
+        first = metas[0]
+        for p, m in zip(paths[1:], metas[1:]):
+            for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
+                if m.get(key) != first.get(key):
+                    raise ValueError(
+                        f"cannot open {paths[0]} and {p} as one index: their {key} differ "
+                        f"({first.get(key)!r} vs {m.get(key)!r})")
+        return cls(paths, metas)
+
+    def _check_against_meta(self) -> None:
+        info = self._info
+        for key, value in (("token_width", info.token_width), ("vocab_size", info.vocab_size),
+                           ("separator_id", info.separator)):
+            if self.meta[key] != value:
+                self.close()
+                raise IndexFormatError(
+                    f"{self.paths[0] / fmt.META_FILE}: {key} = {self.meta[key]} but the shard files say {value}")
+        want_tokens = sum(m["num_tokens"] for m in self._metas)
+        want_docs = sum(m["num_docs"] for m in self._metas)
+        if (want_tokens, want_docs) != (info.num_tokens, info.num_docs):
+            self.close()
+            raise IndexFormatError(
+                f"{self.paths[0] / fmt.META_FILE}: says {want_tokens} tokens / {want_docs} documents, "
+                f"the shard files hold {info.num_tokens} / {info.num_docs}")
+
+    def close(self) -> None:
+        """Unmap the files; waits for queries running in other threads. Idempotent."""
+        with self._lock:
+            while self._active:
+                self._lock.wait()
+            if self._ix is not None:
+                lib.ig_close(self._ix)
+                self._ix = None
+                for d in self._docmeta if hasattr(self, "_docmeta") else []:
+                    d.close()
+
+    def __enter__(self) -> "InfiniGramIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._ix is None
+
+    @contextmanager
+    def _handle(self) -> Iterator[Any]:
+        """The C handle, guarded so that close() never frees it under a running query."""
+        with self._lock:
+            if self._ix is None:
+                raise InfiniGramError("the index is closed")
+            self._active += 1
+        try:
+            yield self._ix
+        finally:
+            with self._lock:
+                self._active -= 1
+                if not self._active:
+                    self._lock.notify_all()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the corpus, document separators excluded."""
+        return int(self._info.num_tokens)
+
+    @property
+    def num_docs(self) -> int:
+        return int(self._info.num_docs)
+
+    @property
+    def vocab_size(self) -> int:
+        """Valid token ids are 0 .. vocab_size - 1."""
+        return int(self._info.vocab_size)
+
+    @property
+    def separator_id(self) -> int:
+        """Reserved id between documents; next-token distributions report end-of-document under it."""
+        return int(self._info.separator)
+
+    @property
+    def token_width(self) -> int:
+        return int(self._info.token_width)
+
+    @property
+    def num_shards(self) -> int:
+        return int(self._info.n_shards)
+
+    @property
+    def tokenizer_name(self) -> Optional[str]:
+        return self.meta.get("tokenizer_name")
+
+    @property
+    def vocab_fingerprint(self) -> Optional[str]:
+        return self.meta.get("vocab_fingerprint")
+
+    @property
+    def eos_token_id(self) -> Optional[int]:
+        return self.meta.get("eos_token_id")
+
+    def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
+        a, b, c = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        w = ffi.new("int *")
+        with self._handle() as ix:
+            if lib.ig_shard_info(ix, shard, a, b, c, w) != 0:
+                raise ValueError(f"shard {shard} out of range")
+        return int(a[0]), int(b[0]), int(c[0]), int(w[0])
+
+    def disk_bytes(self) -> int:
+        """Bytes of all index files on disk."""
+        return sum(f.stat().st_size for p in self.paths for f in Path(p).rglob("*") if f.is_file())
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.num_tokens} tokens, {self.num_docs} docs"
+        return f"InfiniGramIndex({', '.join(map(str, self.paths))}: {state}, vocab {self.meta['vocab_size']})"
+
+    # ------------------------------------------------------------ counting
+
+    def count(self, ids: Any) -> int:
+        """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
+        q = as_ids(ids)
+        out = ffi.new("uint64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_count(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
+        check(rc, err)
+        return int(out[0])
+
+    def find(self, ids: Any) -> FindResult:
+        """Suffix-array range [lo, hi) of the n-gram in every shard."""
+        q = as_ids(ids)
+        n = self.num_shards
+        lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_find(ix, ptr(q, "uint32_t"), len(q), ptr(lo, "int64_t"), ptr(hi, "int64_t"), err, len(err))
+        check(rc, err)
+        return FindResult(count=int((hi - lo).sum()), lo=lo, hi=hi)
+
+    # ------------------------------------------------------------ probabilities
+
+    def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
+        q, t = as_ids(prompt, "prompt"), _token(token)
+        out = ffi.new("ig_prob *")
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = fn(ix, ptr(q, "uint32_t"), len(q), int(t[0]), out, err, len(err))
+        check(rc, err)
+        count, total = int(out.count), int(out.prompt_count)
+        return ProbResult(prob=count / total if total else 0.0, count=count, prompt_count=total,
+                          suffix_len=int(out.suffix_len), sparse=bool(out.sparse))
+
+    def ngram_prob(self, prompt: Any, token: int) -> ProbResult:
+        """P(token | prompt) with n = len(prompt) + 1 and no backoff (0 when the prompt is unseen)."""
+        return self._prob(lib.ig_ngram_prob, prompt, token)
+
+    def infgram_prob(self, prompt: Any, token: int) -> ProbResult:
+        """∞-gram P(token | prompt): backs off to the longest suffix of the prompt that occurs."""
+        return self._prob(lib.ig_infgram_prob, prompt, token)
+
+    def _ntd(self, q: np.ndarray, suffix_len: int) -> NextTokenDistribution:
+        ctx = q[len(q) - suffix_len:] if suffix_len else _EMPTY
+        cap = self.vocab_size + 1
+        toks = np.empty(cap, dtype=np.uint32)
+        cnts = np.empty(cap, dtype=np.uint64)
+        n_out, total = ffi.new("int64_t *"), ffi.new("uint64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_ntd(ix, ptr(ctx, "uint32_t"), len(ctx), ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
+                            cap, n_out, total, err, len(err))
+        check(rc, err)
+        n, tot = int(n_out[0]), int(total[0])
+        toks, cnts = toks[:n].copy(), cnts[:n].copy()
+        probs = cnts / tot if tot else np.zeros(n)
+        return NextTokenDistribution(token_ids=toks, counts=cnts, probs=probs, total=tot,
+                                     suffix_len=suffix_len, sparse=n == 1)
+
+    def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
+        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1)."""
+        q = as_ids(prompt, "prompt")
+        return self._ntd(q, len(q))
+
+    def infgram_suffix_len(self, prompt: Any) -> int:
+        """Length of the longest suffix of the prompt that occurs in the corpus."""
+        q = as_ids(prompt, "prompt")
+        out = ffi.new("int64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_infgram_suffix(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
+        check(rc, err)
+        return int(out[0])
+
+    def infgram_ntd(self, prompt: Any) -> NextTokenDistribution:
+        """Exact ∞-gram next-token distribution: that of the longest suffix that occurs."""
+        q = as_ids(prompt, "prompt")
+        return self._ntd(q, self.infgram_suffix_len(q))
+
+    # ------------------------------------------------------------ dense scoring
+
+    def score(self, ids: Any) -> ScoreResult:
+        """P_∞(ids[i] | ids[:i]) for every position, at about one search per token."""
+        q = as_ids(ids)
+        n = len(q)
+        num, den = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
+        slen, sparse = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8)
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_score(ix, ptr(q, "uint32_t"), n, ptr(num, "uint64_t"), ptr(den, "uint64_t"),
+                              ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), err, len(err))
+        check(rc, err)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
+        return ScoreResult(probs=probs, counts=num, prompt_counts=den, suffix_len=slen,
+                           sparse=sparse.astype(bool))
+
+    # ------------------------------------------------------------ documents
+
+    def _split_doc_id(self, doc_id: int) -> tuple[int, int]:
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
+            raise ValueError(f"doc_id must be an int, got {doc_id!r}")
+        if not 0 <= doc_id < self.num_docs:
+            raise ValueError(f"doc_id {doc_id} out of range (the index has {self.num_docs} documents)")
+        shard = int(np.searchsorted(self._shard_docs, doc_id, side="right") - 1)
+        return shard, int(doc_id - self._shard_docs[shard])
+
+    def get_doc(self, doc_id: int) -> Document:
+        """A document's token ids and metadata by its global id (0 .. num_docs - 1)."""
+        shard, local = self._split_doc_id(doc_id)
+        length = ffi.new("int64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            lib.ig_get_doc(ix, shard, local, ffi.NULL, 0, length, err, len(err))
+            out = np.empty(int(length[0]), dtype=np.uint32)
+            rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
+        check(rc, err)
+        return Document(doc_id=int(doc_id), token_ids=out, metadata=self._docmeta[shard].get(local), shard=shard)
+
+    def locate(self, shard: int, position: int) -> tuple[int, int]:
+        """Corpus position in a shard -> (global document id, offset inside the document)."""
+        doc, off = ffi.new("int64_t *"), ffi.new("int64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            rc = lib.ig_locate(ix, shard, position, doc, off, err, len(err))
+        check(rc, err)
+        return int(self._shard_docs[shard] + doc[0]), int(off[0])
+
+    def positions(self, ids: Any, limit: Optional[int] = None) -> list[tuple[int, int]]:
+        """(shard, position) of occurrences of the n-gram, up to `limit` of them."""
+        found = self.find(ids)
+        out: list[tuple[int, int]] = []
+        pos = ffi.new("int64_t *")
+        err = err_buffer()
+        with self._handle() as ix:
+            for shard, (lo, hi) in enumerate(zip(found.lo.tolist(), found.hi.tolist())):
+                for rank in range(lo, hi):
+                    if limit is not None and len(out) >= limit:
+                        return out
+                    check(lib.ig_sa_position(ix, shard, rank, pos, err, len(err)), err)
+                    out.append((shard, int(pos[0])))
+        return out

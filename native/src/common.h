@@ -1,0 +1,71 @@
+/* common.h - internal structures shared by the core's .c files (not part of the public API). */
+#ifndef IG_COMMON_H
+#define IG_COMMON_H
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "infinigram.h"
+
+/* Every binary index file starts with this 64-byte little-endian header. */
+typedef struct {
+    char magic[8];     /* "IGHF-TOK", "IGHF-SA\0", "IGHF-DOC", "IGHF-UNI" */
+    uint32_t version;  /* IG_FORMAT_VERSION */
+    uint32_t width;    /* bytes per element */
+    uint64_t count;    /* number of elements */
+    uint64_t aux1;     /* tokens: vocab_size; sa/docs: total_len; unigram: num_tokens */
+    uint64_t aux2;     /* tokens: num_docs */
+    uint8_t reserved[24];
+} ig_header;
+
+typedef struct {
+    const uint8_t *base; /* whole mapped file */
+    size_t size;
+} ig_map;
+
+typedef struct {
+    ig_map tok_map, sa_map, docs_map, uni_map;
+    const uint8_t *tokens;   /* total_len tokens of token_width bytes */
+    const uint8_t *sa;       /* num_tokens pointers of sa_width bytes (+8 bytes of padding) */
+    const uint64_t *docs;    /* num_docs + 1 document start offsets, last = total_len */
+    const uint64_t *uni;     /* n_uni (token, count) pairs sorted by token */
+    int64_t *uni_start;      /* dense first-token SA ranks (vocab_size + 1) or NULL */
+    int64_t total_len, num_tokens, num_docs, n_uni;
+    int sa_width;
+    uint64_t sa_mask;
+} ig_shard;
+
+struct ig_index {
+    int n_shards;
+    ig_shard *shards;
+    int token_width;
+    uint32_t vocab_size, separator;
+    uint64_t num_tokens, num_docs;
+};
+
+int ig_fail(char *err, size_t errlen, int code, const char *fmt, ...);
+
+static inline uint32_t ig_sep_for_width(int w) {
+    return w == 1 ? 0xFFu : w == 2 ? 0xFFFFu : 0xFFFFFFFFu;
+}
+
+/* Token at position i of a shard; positions outside the array read as the separator, so a
+   corrupted suffix-array pointer can never make a comparison read outside the mapping. */
+static inline uint32_t ig_tok(const ig_shard *s, int w, int64_t i) {
+    if ((uint64_t)i >= (uint64_t)s->total_len) return ig_sep_for_width(w);
+    switch (w) {
+    case 1: return s->tokens[i];
+    case 2: { uint16_t v; memcpy(&v, s->tokens + 2 * i, 2); return v; }
+    default: { uint32_t v; memcpy(&v, s->tokens + 4 * i, 4); return v; }
+    }
+}
+
+/* Suffix-array entry r, clamped into the token array (the file is padded by 8 bytes). */
+static inline int64_t ig_sa(const ig_shard *s, int64_t r) {
+    uint64_t v;
+    memcpy(&v, s->sa + (size_t)r * (size_t)s->sa_width, 8);
+    v &= s->sa_mask;
+    return v < (uint64_t)s->total_len ? (int64_t)v : s->total_len - 1;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* docs.c - from suffix-array ranks and corpus positions back to documents. */
+#include "common.h"
+
+static int check_shard(const ig_index *ix, int shard, char *err, size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (shard < 0 || shard >= ix->n_shards)
+        return ig_fail(err, errlen, IG_ERR_ARG, "shard %d out of range (index has %d)", shard, ix->n_shards);
+    return IG_OK;
+}
+
+/* Start offset of document d, clamped so corrupt offsets never point outside the tokens. */
+static int64_t doc_start(const ig_shard *s, int64_t d) {
+    uint64_t v = s->docs[d];
+    return v > (uint64_t)s->total_len ? s->total_len : (int64_t)v;
+}
+
+int ig_sa_position(const ig_index *ix, int shard, int64_t rank, int64_t *pos, char *err, size_t errlen) {
+    int rc = check_shard(ix, shard, err, errlen);
+    if (rc) return rc;
+    const ig_shard *s = &ix->shards[shard];
+    if (rank < 0 || rank >= s->num_tokens)
+        return ig_fail(err, errlen, IG_ERR_ARG, "rank %lld out of range (shard has %lld suffixes)",
+                       (long long)rank, (long long)s->num_tokens);
+    *pos = ig_sa(s, rank);
+    return IG_OK;
+}
+
+int ig_locate(const ig_index *ix, int shard, int64_t pos, int64_t *doc, int64_t *offset, char *err,
+              size_t errlen) {
+    int rc = check_shard(ix, shard, err, errlen);
+    if (rc) return rc;
+    const ig_shard *s = &ix->shards[shard];
+    if (pos < 0 || pos >= s->total_len || s->num_docs == 0)
+        return ig_fail(err, errlen, IG_ERR_ARG, "position %lld out of range (shard has %lld tokens)",
+                       (long long)pos, (long long)s->total_len);
+    int64_t a = 0, b = s->num_docs; /* last document whose start <= pos */
+    while (b - a > 1) {
+        int64_t mid = a + (b - a) / 2;
+        if (doc_start(s, mid) <= pos) a = mid; else b = mid;
+    }
+    *doc = a;
+    *offset = pos - doc_start(s, a);
+    return IG_OK;
+}
+
+int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_t cap,
+               int64_t *len_out, char *err, size_t errlen) {
+    int rc = check_shard(ix, shard, err, errlen);
+    if (rc) return rc;
+    const ig_shard *s = &ix->shards[shard];
+    if (doc < 0 || doc >= s->num_docs)
+        return ig_fail(err, errlen, IG_ERR_ARG, "document %lld out of range (shard has %lld)",
+                       (long long)doc, (long long)s->num_docs);
+    int64_t a = doc_start(s, doc), b = doc_start(s, doc + 1) - 1; /* drop the separator */
+    int64_t n = b > a ? b - a : 0;
+    *len_out = n;
+    if (n > cap) return ig_fail(err, errlen, IG_ERR_CAPACITY, "document has %lld tokens", (long long)n);
+    for (int64_t i = 0; i < n; i++) out[i] = ig_tok(s, ix->token_width, a + i);
+    return IG_OK;
+}

@@ -1,0 +1,355 @@
+/* query.c - exact n-gram / ∞-gram queries over the suffix arrays of all shards.
+ *
+ * Tokens compare as numbers, so the suffixes in a range that share a prefix of length d are
+ * ordered by their token at depth d: narrowing a range by one more token is two binary searches
+ * that read one token each, and a next-token distribution is a walk over run boundaries.
+ */
+#include <stdlib.h>
+
+#include "query_internal.h"
+
+/* ---------------------------------------------------------------- argument checks */
+
+int check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what,
+                     char *err, size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (len < 0) return ig_fail(err, errlen, IG_ERR_ARG, "%s: negative length %lld", what, (long long)len);
+    if (len > 0 && !q) return ig_fail(err, errlen, IG_ERR_ARG, "%s: NULL ids", what);
+    for (int64_t i = 0; i < len; i++) {
+        if (q[i] >= ix->vocab_size) {
+            if (q[i] == ix->separator)
+                return ig_fail(err, errlen, IG_ERR_ARG,
+                               "%s: id %u at position %lld is the document separator, not a token",
+                               what, q[i], (long long)i);
+            return ig_fail(err, errlen, IG_ERR_ARG,
+                           "%s: id %u at position %lld is outside the vocabulary (size %u)", what,
+                           q[i], (long long)i, ix->vocab_size);
+        }
+    }
+    return IG_OK;
+}
+
+/* ---------------------------------------------------------------- range search in one shard */
+
+/* Compare the m tokens of the suffix at pos starting at depth d with q[0..m). */
+static inline int cmp_suffix(const ig_shard *s, int w, int64_t pos, int64_t d, const uint32_t *q,
+                             int64_t m) {
+    for (int64_t k = 0; k < m; k++) {
+        uint32_t t = ig_tok(s, w, pos + d + k);
+        if (t != q[k]) return t < q[k] ? -1 : 1;
+    }
+    return 0;
+}
+
+/* Sub-range of [r.lo, r.hi) whose suffixes continue with the single token t at depth d. */
+ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
+    int64_t a = r.lo, b = r.hi;
+    while (a < b) { /* first rank with token >= t */
+        int64_t mid = a + (b - a) / 2;
+        if (tok_rank(s, w, mid, d) < t) a = mid + 1; else b = mid;
+    }
+    int64_t lo = a;
+    b = r.hi;
+    while (a < b) { /* first rank with token > t */
+        int64_t mid = a + (b - a) / 2;
+        if (tok_rank(s, w, mid, d) <= t) a = mid + 1; else b = mid;
+    }
+    return (ig_range){lo, a};
+}
+
+/* Sub-range of r whose suffixes continue with q[0..m) at depth d. */
+ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
+    if (m == 1) return narrow1(s, w, r, d, q[0]);
+    int64_t a = r.lo, b = r.hi;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (cmp_suffix(s, w, ig_sa(s, mid), d, q, m) < 0) a = mid + 1; else b = mid;
+    }
+    int64_t lo = a;
+    b = r.hi;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (cmp_suffix(s, w, ig_sa(s, mid), d, q, m) <= 0) a = mid + 1; else b = mid;
+    }
+    return (ig_range){lo, a};
+}
+
+ig_range first_token_range(const ig_shard *s, int w, uint32_t t) {
+    if (s->uni_start) return (ig_range){s->uni_start[t], s->uni_start[t + 1]};
+    return narrow1(s, w, (ig_range){0, s->num_tokens}, 0, t);
+}
+
+ig_range find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len) {
+    if (len == 0) return (ig_range){0, s->num_tokens};
+    ig_range r = first_token_range(s, w, q[0]);
+    if (len > 1 && r.hi > r.lo) r = narrow(s, w, r, 1, q + 1, len - 1);
+    return r;
+}
+
+/* Ranges of q in every shard; returns the total count. */
+uint64_t find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out) {
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        out[i] = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        c += (uint64_t)(out[i].hi - out[i].lo);
+    }
+    return c;
+}
+
+int scratch_init(ig_scratch *sc, int n, char *err, size_t errlen) {
+    sc->heap = NULL;
+    ig_range *base = sc->stack;
+    if (n > IG_STACK_SHARDS) {
+        sc->heap = malloc(3 * (size_t)n * sizeof(ig_range));
+        if (!sc->heap) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+        base = sc->heap;
+    }
+    sc->a = base;
+    sc->b = base + n;
+    sc->c = base + 2 * n;
+    return IG_OK;
+}
+void scratch_free(ig_scratch *sc) { free(sc->heap); }
+
+/* ---------------------------------------------------------------- counting */
+
+int ig_find(const ig_index *ix, const uint32_t *q, int64_t len, int64_t *lo, int64_t *hi,
+            char *err, size_t errlen) {
+    int rc = check_ids(ix, q, len, "find", err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < ix->n_shards; i++) {
+        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        lo[i] = r.lo;
+        hi[i] = r.hi;
+    }
+    return IG_OK;
+}
+
+int ig_count(const ig_index *ix, const uint32_t *q, int64_t len, uint64_t *count, char *err,
+             size_t errlen) {
+    int rc = check_ids(ix, q, len, "count", err, errlen);
+    if (rc) return rc;
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        c += (uint64_t)(r.hi - r.lo);
+    }
+    *count = c;
+    return IG_OK;
+}
+
+/* ---------------------------------------------------------------- next-token distributions */
+
+/* Distinct tokens at depth d over one shard's range, with counts, by galloping over runs. */
+int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
+                          uint64_t *cnts, int64_t cap) {
+    int64_t n = 0, i = r.lo;
+    if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) { /* the unigram is stored */
+        for (int64_t j = 0; j < s->n_uni; j++, n++)
+            if (n < cap) { toks[n] = (uint32_t)s->uni[2 * j]; cnts[n] = s->uni[2 * j + 1]; }
+        return n;
+    }
+    while (i < r.hi) {
+        uint32_t t = tok_rank(s, w, i, d);
+        int64_t step = 1, last = i; /* last rank known to hold t */
+        while (i + step < r.hi && tok_rank(s, w, i + step, d) == t) { last = i + step; step <<= 1; }
+        int64_t a = last + 1, b = i + step < r.hi ? i + step : r.hi;
+        while (a < b) {
+            int64_t mid = a + (b - a) / 2;
+            if (tok_rank(s, w, mid, d) == t) a = mid + 1; else b = mid;
+        }
+        if (n < cap) { toks[n] = t; cnts[n] = (uint64_t)(a - i); }
+        n++;
+        i = a;
+    }
+    return n;
+}
+
+/* Merge the sorted list (t2, c2, n2) into (t1, c1, *n1) using tmp buffers of size cap. */
+static int64_t merge_into(uint32_t *t1, uint64_t *c1, int64_t n1, const uint32_t *t2,
+                          const uint64_t *c2, int64_t n2, uint32_t *tt, uint64_t *tc) {
+    int64_t i = 0, j = 0, n = 0;
+    while (i < n1 || j < n2) {
+        if (j >= n2 || (i < n1 && t1[i] < t2[j])) { tt[n] = t1[i]; tc[n++] = c1[i++]; }
+        else if (i >= n1 || t2[j] < t1[i]) { tt[n] = t2[j]; tc[n++] = c2[j++]; }
+        else { tt[n] = t1[i]; tc[n++] = c1[i++] + c2[j++]; }
+    }
+    memcpy(t1, tt, (size_t)n * sizeof *t1);
+    memcpy(c1, tc, (size_t)n * sizeof *c1);
+    return n;
+}
+
+/* Distribution at depth d over per-shard ranges, summed over shards. */
+int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks,
+                      uint64_t *cnts, int64_t cap, int64_t *n_out, char *err, size_t errlen) {
+    int w = ix->token_width;
+    if (ix->n_shards == 1) {
+        int64_t n = walk_range(&ix->shards[0], w, rs[0], d, toks, cnts, cap);
+        *n_out = n;
+        return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
+    }
+    /* Several shards: walk each into scratch, merge into the output. */
+    int64_t full = (int64_t)ix->vocab_size + 1;
+    uint32_t *st = malloc((size_t)full * 2 * sizeof(uint32_t));
+    uint64_t *sc = malloc((size_t)full * 2 * sizeof(uint64_t));
+    uint32_t *mt = malloc((size_t)full * sizeof(uint32_t));
+    uint64_t *mc = malloc((size_t)full * sizeof(uint64_t));
+    if (!st || !sc || !mt || !mc) {
+        free(st); free(sc); free(mt); free(mc);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    int64_t n = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        if (rs[i].hi <= rs[i].lo) continue;
+        int64_t m = walk_range(&ix->shards[i], w, rs[i], d, st + full, sc + full, full);
+        n = merge_into(mt, mc, n, st + full, sc + full, m, st, sc);
+    }
+    if (n <= cap) {
+        memcpy(toks, mt, (size_t)n * sizeof *toks);
+        memcpy(cnts, mc, (size_t)n * sizeof *cnts);
+    }
+    free(st); free(sc); free(mt); free(mc);
+    *n_out = n;
+    return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
+}
+
+int ig_ntd(const ig_index *ix, const uint32_t *q, int64_t len, uint32_t *tokens, uint64_t *counts,
+           int64_t cap, int64_t *n_out, uint64_t *total, char *err, size_t errlen) {
+    int rc = check_ids(ix, q, len, "ntd", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    *total = find_all(ix, q, len, sc.a);
+    rc = ntd_ranges(ix, sc.a, len, tokens, counts, cap, n_out, err, errlen);
+    scratch_free(&sc);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- ∞-gram */
+
+/* Longest suffix of prompt with a non-zero count; its ranges are left in `best` (and `tmp` is
+   scratch). Exponential then binary search over the length: counts shrink as it grows. */
+int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len,
+                              ig_range *best, ig_range *tmp) {
+    int64_t good = 0, bad = -1;
+    find_all(ix, p + len, 0, best);
+    if (max_len > len) max_len = len;
+    for (int64_t l = 1; l <= max_len; l = (l * 2 > max_len && l < max_len) ? max_len : l * 2) {
+        if (find_all(ix, p + len - l, l, tmp) > 0) {
+            good = l;
+            memcpy(best, tmp, (size_t)ix->n_shards * sizeof *best);
+            if (l == max_len) break;
+        } else {
+            bad = l;
+            break;
+        }
+    }
+    if (bad < 0) return good;
+    while (bad - good > 1) {
+        int64_t mid = good + (bad - good) / 2;
+        if (find_all(ix, p + len - mid, mid, tmp) > 0) {
+            good = mid;
+            memcpy(best, tmp, (size_t)ix->n_shards * sizeof *best);
+        } else {
+            bad = mid;
+        }
+    }
+    return good;
+}
+
+int ig_infgram_suffix(const ig_index *ix, const uint32_t *prompt, int64_t len, int64_t *suffix_len,
+                      char *err, size_t errlen) {
+    int rc = check_ids(ix, prompt, len, "infgram", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    *suffix_len = longest_suffix(ix, prompt, len, len, sc.a, sc.b);
+    scratch_free(&sc);
+    return IG_OK;
+}
+
+/* Sparse iff every occurrence of the context continues with one and the same token. */
+int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
+    int have = 0;
+    uint32_t t0 = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        if (rs[i].hi <= rs[i].lo) continue;
+        const ig_shard *s = &ix->shards[i];
+        uint32_t a = tok_rank(s, ix->token_width, rs[i].lo, d);
+        uint32_t b = tok_rank(s, ix->token_width, rs[i].hi - 1, d);
+        if (a != b || (have && a != t0)) return 0;
+        have = 1;
+        t0 = a;
+    }
+    return have;
+}
+
+/* count(context + token) and count(context) given the context's ranges at depth d. */
+void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token,
+                             ig_range *next, ig_prob *out) {
+    uint64_t num = 0, den = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        den += (uint64_t)(rs[i].hi - rs[i].lo);
+        next[i] = rs[i].hi > rs[i].lo ? narrow1(&ix->shards[i], ix->token_width, rs[i], d, token)
+                                      : rs[i];
+        num += (uint64_t)(next[i].hi - next[i].lo);
+    }
+    out->count = num;
+    out->prompt_count = den;
+    out->suffix_len = d;
+    out->sparse = is_sparse(ix, rs, d);
+}
+
+static int prob_common(const ig_index *ix, const uint32_t *prompt, int64_t len, uint32_t token,
+                       ig_prob *out, int infinite, char *err, size_t errlen) {
+    int rc = check_ids(ix, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
+    if (!rc) rc = check_ids(ix, &token, 1, "token", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    int64_t d = len;
+    if (infinite) d = longest_suffix(ix, prompt, len, len, sc.a, sc.b);
+    else find_all(ix, prompt, len, sc.a);
+    prob_from_ranges(ix, sc.a, d, token, sc.c, out);
+    scratch_free(&sc);
+    return IG_OK;
+}
+
+int ig_infgram_prob(const ig_index *ix, const uint32_t *prompt, int64_t len, uint32_t token,
+                    ig_prob *out, char *err, size_t errlen) {
+    return prob_common(ix, prompt, len, token, out, 1, err, errlen);
+}
+
+int ig_ngram_prob(const ig_index *ix, const uint32_t *prompt, int64_t len, uint32_t token,
+                  ig_prob *out, char *err, size_t errlen) {
+    return prob_common(ix, prompt, len, token, out, 0, err, errlen);
+}
+
+/* ---------------------------------------------------------------- dense scoring */
+
+int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, uint64_t *den,
+             int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
+    int rc = check_ids(ix, ids, n, "score", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    ig_range *cur = sc.a, *next = sc.b, *tmp = sc.c;
+    int64_t l = 0;
+    find_all(ix, ids, 0, cur);
+    for (int64_t i = 0; i < n; i++) {
+        ig_prob p;
+        prob_from_ranges(ix, cur, l, ids[i], next, &p);
+        num[i] = p.count;
+        den[i] = p.prompt_count;
+        suffix_len[i] = l;
+        if (sparse) sparse[i] = (uint8_t)p.sparse;
+        if (p.count > 0) { /* the context grows by one token: its range is `next` */
+            ig_range *t = cur; cur = next; next = t;
+            l++;
+        } else if (i + 1 < n) { /* back off: the new suffix is at most l long */
+            l = longest_suffix(ix, ids, i + 1, l, cur, tmp);
+        }
+    }
+    scratch_free(&sc);
+    return IG_OK;
+}

@@ -1,0 +1,53 @@
+/* query_internal.h - range primitives of query.c shared by the other query files (batch calls,
+   document search, smoothing). Not part of the public API. */
+#ifndef IG_QUERY_INTERNAL_H
+#define IG_QUERY_INTERNAL_H
+
+#include "common.h"
+
+typedef struct {
+    int64_t lo, hi;
+} ig_range;
+
+/* Per-call scratch for per-shard ranges: on the stack for the usual few shards. */
+#define IG_STACK_SHARDS 16
+typedef struct {
+    ig_range stack[3 * IG_STACK_SHARDS];
+    ig_range *a, *b, *c;
+    ig_range *heap;
+} ig_scratch;
+
+int scratch_init(ig_scratch *sc, int n, char *err, size_t errlen);
+void scratch_free(ig_scratch *sc);
+
+/* ValueError-style check of query ids (`what` names the argument in the message). */
+int check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what, char *err, size_t errlen);
+
+/* Token at depth d of the suffix ranked r. */
+static inline uint32_t tok_rank(const ig_shard *s, int w, int64_t r, int64_t d) {
+    return ig_tok(s, w, ig_sa(s, r) + d);
+}
+
+/* Sub-range of r (all sharing a prefix of length d) continuing with t / with q[0..m). */
+ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t);
+ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m);
+ig_range first_token_range(const ig_shard *s, int w, uint32_t t);
+ig_range find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len);
+/* Ranges of q in every shard (out has n_shards entries); returns the total count. */
+uint64_t find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out);
+
+/* Distinct next tokens at depth d over a range, with counts (returns how many; writes <= cap). */
+int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks, uint64_t *cnts, int64_t cap);
+/* The same summed over shards. */
+int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks, uint64_t *cnts,
+               int64_t cap, int64_t *n_out, char *err, size_t errlen);
+
+/* Longest suffix (<= max_len) of p[0..len) with a non-zero count; its ranges land in best. */
+int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len, ig_range *best,
+                       ig_range *tmp);
+int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d);
+/* count(context + token) / count(context) from the context's ranges at depth d. */
+void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token, ig_range *next,
+                      ig_prob *out);
+
+#endif

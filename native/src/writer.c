@@ -1,0 +1,271 @@
+/* writer.c - build one shard: collect documents, run SA-IS, write the four binary files.
+ * Memory at peak: the token array (width bytes per token) + the int32 suffix array + what
+ * SA-IS needs on top (see sais.c) + one 1 MiB output buffer. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "sais.h"
+
+struct ig_writer {
+    char *dir;
+    int width;
+    uint32_t vocab_size, sep;
+    uint8_t *tokens;
+    int64_t len, cap;
+    uint64_t *docs; /* document start offsets */
+    int64_t n_docs, docs_cap;
+    int finished;
+};
+
+int64_t ig_writer_peak_bytes(int64_t total_len, int token_width) {
+    /* tokens + int32 SA + SA-IS workspace (bounded by n/2 int32) + buckets and output buffer */
+    return total_len * (token_width + 4) + total_len * 2 + ((int64_t)1 << 22);
+}
+
+int ig_writer_new(ig_writer **out, const char *dir, int token_width, uint32_t vocab_size, char *err,
+                  size_t errlen) {
+    if (!out || !dir) return ig_fail(err, errlen, IG_ERR_ARG, "NULL argument");
+    if (token_width != 1 && token_width != 2 && token_width != 4)
+        return ig_fail(err, errlen, IG_ERR_ARG, "token width must be 1, 2 or 4 bytes, not %d", token_width);
+    uint32_t sep = ig_sep_for_width(token_width);
+    if (vocab_size == 0 || vocab_size > sep || (token_width == 4 && vocab_size > sep - 1))
+        return ig_fail(err, errlen, IG_ERR_ARG, "vocab size %u does not fit %d-byte tokens with a separator",
+                       vocab_size, token_width);
+    ig_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->dir = strdup(dir))) {
+        free(w);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    w->width = token_width;
+    w->vocab_size = vocab_size;
+    w->sep = sep;
+    *out = w;
+    return IG_OK;
+}
+
+void ig_writer_free(ig_writer *w) {
+    if (!w) return;
+    free(w->dir);
+    free(w->tokens);
+    free(w->docs);
+    free(w);
+}
+
+int64_t ig_writer_total_len(const ig_writer *w) { return w ? w->len : 0; }
+int64_t ig_writer_num_docs(const ig_writer *w) { return w ? w->n_docs : 0; }
+
+static int grow(void **buf, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 1024;
+    while (c < need) c += c / 2;
+    void *p = realloc(*buf, (size_t)c * elem);
+    if (!p) return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+static void put_tok(ig_writer *w, int64_t i, uint32_t v) {
+    switch (w->width) {
+    case 1: w->tokens[i] = (uint8_t)v; break;
+    case 2: { uint16_t x = (uint16_t)v; memcpy(w->tokens + 2 * i, &x, 2); break; }
+    default: memcpy(w->tokens + 4 * i, &v, 4);
+    }
+}
+
+int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets, int64_t n_docs,
+                       char *err, size_t errlen) {
+    if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    if (n_docs < 0 || (n_docs > 0 && (!ids || !offsets))) return ig_fail(err, errlen, IG_ERR_ARG, "bad documents");
+    int64_t add = 0;
+    for (int64_t d = 0; d < n_docs; d++) {
+        if (offsets[d + 1] < offsets[d]) return ig_fail(err, errlen, IG_ERR_ARG, "offsets decrease at document %lld", (long long)d);
+        add += offsets[d + 1] - offsets[d] + 1;
+    }
+    for (int64_t i = offsets[0]; n_docs > 0 && i < offsets[n_docs]; i++)
+        if (ids[i] >= w->vocab_size)
+            return ig_fail(err, errlen, IG_ERR_ARG, "token id %u is outside the vocabulary (size %u)", ids[i], w->vocab_size);
+    if (w->len + add > IG_MAX_SHARD_TOKENS)
+        return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
+    if (grow((void **)&w->tokens, &w->cap, w->len + add, (size_t)w->width) ||
+        grow((void **)&w->docs, &w->docs_cap, w->n_docs + n_docs, sizeof(uint64_t)))
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory growing the shard to %lld tokens", (long long)(w->len + add));
+    for (int64_t d = 0; d < n_docs; d++) {
+        w->docs[w->n_docs++] = (uint64_t)w->len;
+        for (int64_t i = offsets[d]; i < offsets[d + 1]; i++) put_tok(w, w->len++, ids[i]);
+        put_tok(w, w->len++, w->sep);
+    }
+    return IG_OK;
+}
+
+/* ---------------------------------------------------------------- file output */
+
+typedef struct {
+    FILE *f;
+    const char *path;
+    char *err;
+    size_t errlen;
+} ig_out;
+
+static int out_open(ig_out *o, char *path, size_t pathlen, const char *dir, const char *name, char *err,
+                    size_t errlen) {
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    o->path = path;
+    o->err = err;
+    o->errlen = errlen;
+    o->f = fopen(path, "wb");
+    if (!o->f) return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    return IG_OK;
+}
+
+static int out_write(ig_out *o, const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, o->f) != n)
+        return ig_fail(o->err, o->errlen, IG_ERR_IO, "%s: write failed (%s)", o->path, strerror(errno));
+    return IG_OK;
+}
+
+static int out_close(ig_out *o) {
+    int bad = fflush(o->f) != 0 || fsync(fileno(o->f)) != 0;
+    int e = errno;
+    bad |= fclose(o->f) != 0;
+    o->f = NULL;
+    if (bad) return ig_fail(o->err, o->errlen, IG_ERR_IO, "%s: write failed (%s)", o->path, strerror(e));
+    return IG_OK;
+}
+
+static int out_header(ig_out *o, const char *magic, uint32_t width, uint64_t count, uint64_t aux1, uint64_t aux2) {
+    ig_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, magic, 8);
+    h.version = IG_FORMAT_VERSION;
+    h.width = width;
+    h.count = count;
+    h.aux1 = aux1;
+    h.aux2 = aux2;
+    return out_write(o, &h, sizeof h);
+}
+
+static int sa_width_for(int64_t total_len) {
+    int p = 1;
+    while (p < 8 && (uint64_t)(total_len - 1) >> (8 * p)) p++;
+    return p;
+}
+
+/* Pack the int32 suffix array into p-byte little-endian pointers, then 8 bytes of padding so
+   readers may load 8 bytes at any entry. */
+static int write_sa(ig_out *o, const int32_t *sa, int64_t n, int p) {
+    enum { CHUNK = 1 << 20 };
+    static const uint8_t zero[8] = {0};
+    uint8_t *buf = malloc(CHUNK);
+    if (!buf) return ig_fail(o->err, o->errlen, IG_ERR_NOMEM, "out of memory");
+    size_t fill = 0;
+    int rc = IG_OK;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        uint64_t v = (uint64_t)sa[i];
+        memcpy(buf + fill, &v, (size_t)p);
+        fill += (size_t)p;
+        if (fill + 8 > CHUNK) {
+            rc = out_write(o, buf, fill);
+            fill = 0;
+        }
+    }
+    if (!rc) rc = out_write(o, buf, fill);
+    if (!rc) rc = out_write(o, zero, 8);
+    free(buf);
+    return rc;
+}
+
+/* End of the run of suffixes (ranks i..) that start with the same token as rank i. */
+static int64_t first_token_run_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
+    uint32_t t = ig_tok(v, width, sa[i]);
+    int64_t a = i + 1, b = n;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (ig_tok(v, width, sa[mid]) == t) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
+/* The unigram as (token, count) pairs: SA ranks are grouped by first token, so walk the runs
+   (twice: the header needs the number of distinct tokens first). */
+static int write_unigram(ig_out *o, const ig_writer *w, const int32_t *sa, int64_t n_tok) {
+    ig_shard view = {.tokens = w->tokens, .total_len = w->len};
+    int64_t n_uni = 0;
+    for (int64_t i = 0; i < n_tok; n_uni++) i = first_token_run_end(&view, w->width, sa, i, n_tok);
+    if (out_header(o, "IGHF-UNI", 16, (uint64_t)n_uni, (uint64_t)n_tok, 0)) return IG_ERR_IO;
+    for (int64_t i = 0; i < n_tok;) {
+        int64_t end = first_token_run_end(&view, w->width, sa, i, n_tok);
+        uint64_t pair[2] = {ig_tok(&view, w->width, sa[i]), (uint64_t)(end - i)};
+        if (out_write(o, pair, sizeof pair)) return IG_ERR_IO;
+        i = end;
+    }
+    return IG_OK;
+}
+
+/* Separators get the value vocab_size while SA-IS runs: still the largest symbol (so separator
+   suffixes sort last and can be dropped), and the alphabet stays [0, vocab_size]. */
+static void map_separators(ig_writer *w, uint32_t from, uint32_t to) {
+    ig_shard view = {.tokens = w->tokens, .total_len = w->len};
+    for (int64_t d = 0; d < w->n_docs; d++) {
+        int64_t end = (d + 1 < w->n_docs ? (int64_t)w->docs[d + 1] : w->len) - 1;
+        if (ig_tok(&view, w->width, end) == from) put_tok(w, end, to);
+    }
+}
+
+static int run_sais(ig_writer *w, int32_t *sa, char *err, size_t errlen) {
+    uint32_t K = w->vocab_size + 1;
+    int rc;
+    map_separators(w, w->sep, w->vocab_size);
+    switch (w->width) {
+    case 1: rc = ig_sais_u8(w->tokens, sa, w->len, K); break;
+    case 2: rc = ig_sais_u16((const uint16_t *)(const void *)w->tokens, sa, w->len, K); break;
+    default: rc = ig_sais_u32((const uint32_t *)(const void *)w->tokens, sa, w->len, K);
+    }
+    map_separators(w, w->vocab_size, w->sep);
+    if (rc == -4) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory building the suffix array of %lld tokens", (long long)w->len);
+    if (rc) return ig_fail(err, errlen, IG_ERR_ARG, "suffix array construction rejected the input (%d)", rc);
+    return IG_OK;
+}
+
+int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
+    if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    w->finished = 1;
+    int64_t n = w->len, n_tok = w->len - w->n_docs;
+    int32_t *sa = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
+    int rc = run_sais(w, sa, err, errlen);
+    char path[4096];
+    ig_out o = {0};
+    int p = sa_width_for(n > 0 ? n : 1);
+    /* The first n_tok ranks are the suffixes that start with a real token. */
+    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "sa.bin", err, errlen))) {
+        rc = out_header(&o, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)n, 0);
+        if (!rc) rc = write_sa(&o, sa, n_tok, p);
+        int rc2 = out_close(&o);
+        if (!rc) rc = rc2;
+    }
+    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "unigram.bin", err, errlen))) {
+        rc = write_unigram(&o, w, sa, n_tok);
+        int rc2 = out_close(&o);
+        if (!rc) rc = rc2;
+    }
+    free(sa);
+    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "tokens.bin", err, errlen))) {
+        rc = out_header(&o, "IGHF-TOK", (uint32_t)w->width, (uint64_t)n, w->vocab_size, (uint64_t)w->n_docs);
+        if (!rc) rc = out_write(&o, w->tokens, (size_t)n * (size_t)w->width);
+        int rc2 = out_close(&o);
+        if (!rc) rc = rc2;
+    }
+    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "docs.bin", err, errlen))) {
+        rc = out_header(&o, "IGHF-DOC", 8, (uint64_t)w->n_docs + 1, (uint64_t)n, 0);
+        if (!rc) rc = out_write(&o, w->docs, (size_t)w->n_docs * sizeof(uint64_t));
+        uint64_t end = (uint64_t)n;
+        if (!rc) rc = out_write(&o, &end, sizeof end);
+        int rc2 = out_close(&o);
+        if (!rc) rc = rc2;
+    }
+    return rc;
+}
