@@ -10,7 +10,9 @@ from cffi import FFI
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INCLUDE = os.path.join("native", "include")
-HEADER = os.path.join(ROOT, INCLUDE, "infinigram.h")
+# The public API: infinigram.h (engine) plus one infinigram_<area>.h per feature area.
+HEADERS = [os.path.join(ROOT, INCLUDE, "infinigram.h")] + sorted(
+    glob.glob(os.path.join(ROOT, INCLUDE, "infinigram_*.h")))
 
 
 def _cdef_from_header(text: str) -> str:
@@ -26,13 +28,14 @@ def _cdef_from_header(text: str) -> str:
 
 
 ffibuilder = FFI()
-with open(HEADER, encoding="utf-8") as f:
-    ffibuilder.cdef(_cdef_from_header(f.read()))
+for header in HEADERS:
+    with open(header, encoding="utf-8") as f:
+        ffibuilder.cdef(_cdef_from_header(f.read()))
 
 _sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "*.c")))
 ffibuilder.set_source(
     "infinigram_hf._core",
-    '#include "infinigram.h"',
+    "\n".join(f'#include "{os.path.basename(h)}"' for h in HEADERS),
     sources=[os.path.relpath(s, ROOT) for s in _sources],
     include_dirs=[INCLUDE],
     extra_compile_args=os.environ.get("INFINIGRAM_CFLAGS", "-O2 -std=c99 -D_GNU_SOURCE -fvisibility=hidden").split(),
