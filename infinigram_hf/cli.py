@@ -1,0 +1,442 @@
+"""`infinigram-hf`: build, query and inspect ∞-gram indexes from the command line.
+
+Example:
+    $ infinigram-hf build corpus/ --out my_index --tokenizer bytes
+    $ infinigram-hf query my_index --text "def main(" --top 5
+    $ infinigram-hf info my_index
+
+Every subcommand is one `add_<name>(subparsers)` function that declares its arguments and sets
+`func=` to a `run_<name>(args) -> int` handler; adding a subcommand means writing that pair and
+listing the `add_` function in COMMANDS. Bad input (a missing file, an unknown id, a tokenizer
+that does not match the index) prints one line on stderr and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence
+
+from .errors import InfiniGramError, TokenizerMismatchError
+
+PROG = "infinigram-hf"
+EXIT_USAGE = 2
+END_OF_DOCUMENT = "<end of document>"
+
+
+class CLIError(Exception):
+    """Bad command-line input: reported as one line, exit status 2."""
+
+
+# ------------------------------------------------------------------ helpers for every subcommand
+
+
+def to_json(obj: Any, indent: int = 0) -> str:
+    """JSON, indented by object, with lists of plain values and small objects kept on one line.
+
+    >>> print(to_json({"ids": [1, 2], "top": [{"id": 1}]}))
+    {
+      "ids": [1, 2],
+      "top": [
+        {"id": 1}
+      ]
+    }
+    """
+    flat = json.dumps(obj, ensure_ascii=False)
+    if not isinstance(obj, (dict, list)) or not obj or len(flat) <= 100 and not any(
+            isinstance(v, (dict, list)) and v for v in (obj.values() if isinstance(obj, dict) else obj)):
+        return flat
+    pad = "  " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {to_json(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
+    if all(not isinstance(v, (dict, list)) for v in obj):
+        return flat  # a list of plain values stays on one line however long
+    return "[\n" + ",\n".join(pad + to_json(v, indent + 1) for v in obj) + "\n" + "  " * indent + "]"
+
+
+def print_json(obj: Any) -> None:
+    """Print a JSON document on stdout (UTF-8, see to_json)."""
+    sys.stdout.write(to_json(obj) + "\n")
+
+
+def parse_ids(text: str) -> List[int]:
+    """'1,2, 3' -> [1, 2, 3]; '' -> [] (the empty query)."""
+    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise CLIError(f"--ids must be comma-separated integers, got {text!r}") from None
+
+
+def parse_columns(text: Optional[str]) -> List[str]:
+    """'id,url' -> ['id', 'url']."""
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
+
+
+def open_index(paths: Sequence[str]) -> Any:
+    """Open one index directory, or several as one index."""
+    from .index import InfiniGramIndex
+
+    for p in paths:
+        if not Path(p).is_dir():
+            raise CLIError(f"index directory not found: {p}")
+    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else list(paths))
+
+
+def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
+    """The tokenizer to turn --text into ids for `index`.
+
+    `name` ('bytes', a local directory or a hub name) wins and is checked against the vocabulary
+    fingerprint stored in the index; otherwise the tokenizer saved in index/tokenizer/ is used,
+    or raw bytes for a byte-level index.
+    """
+    from . import tokenization as tk
+
+    if name:
+        tok = tk.resolve_tokenizer(None if name == "bytes" else name)
+        want = index.vocab_fingerprint
+        if want is not None and tk.vocab_fingerprint(tok) != want:
+            raise TokenizerMismatchError(
+                f"tokenizer {name!r} is not the one the index was built with "
+                f"({index.tokenizer_name!r}; vocabulary fingerprints differ)")
+        return tok
+    saved = Path(index.paths[0]) / "tokenizer"
+    if saved.is_dir():
+        return tk.resolve_tokenizer(str(saved))
+    if index.tokenizer_name == tk.BYTES_NAME:
+        return tk.ByteTokenizer()
+    raise CLIError(
+        f"the index was built with tokenizer {index.tokenizer_name!r}, which is not saved in it; "
+        "pass --tokenizer NAME_OR_PATH, or --ids")
+
+
+def token_text(tok: Any, token_id: int, separator_id: int) -> Optional[str]:
+    """A token id shown as text (bytes that are not UTF-8 on their own as \\xNN)."""
+    from .tokenization import ByteTokenizer
+
+    if token_id == separator_id:
+        return END_OF_DOCUMENT
+    if tok is None:
+        return None
+    if isinstance(tok, ByteTokenizer):
+        return bytes([token_id]).decode("utf-8", errors="backslashreplace")
+    return tok.decode([token_id])
+
+
+# ------------------------------------------------------------------ build
+
+
+def add_build(sub: Any) -> None:
+    p = sub.add_parser(
+        "build", help="build an index from text files, JSON lines, a saved dataset or token arrays",
+        description="Build an ∞-gram index. Sources: .txt/.py/... files (one document each), .jsonl "
+                    "files (one document per line), directories of them, .npy token arrays (one "
+                    "document per 1-D array or per row, with --vocab-size), or --dataset DIR (a "
+                    "`datasets` dataset saved with save_to_disk).")
+    p.add_argument("sources", nargs="*", metavar="SOURCE", help="files or directories to index")
+    p.add_argument("-o", "--out", required=True, help="index directory to create")
+    p.add_argument("--dataset", metavar="DIR", help="a dataset saved with datasets' save_to_disk")
+    p.add_argument("--split", help="split of a saved DatasetDict (default: train, or the only one)")
+    p.add_argument("--text-column", default="text", help="text column / JSON field (default: text)")
+    p.add_argument("--metadata-columns", default="", metavar="COLS",
+                   help="comma-separated columns / JSON fields kept per document, e.g. id,url")
+    p.add_argument("--tokenizer", default="bytes", metavar="NAME_OR_PATH",
+                   help="'bytes' (UTF-8 bytes, the default), a tokenizer directory, a tokenizer.json "
+                        "file, or a hub name")
+    p.add_argument("--vocab-size", type=int,
+                   help="token ids are < this (.npy sources, or a dataset with an input_ids column)")
+    p.add_argument("--memory-budget", default="4GiB", help="peak memory per shard build (default 4GiB)")
+    p.add_argument("--max-shard-tokens", type=int, help="cap on a shard's size in tokens")
+    p.add_argument("--num-proc", type=int, default=1, help="tokenizer processes (default 1)")
+    p.add_argument("--batch-size", type=int, default=1000, help="documents per batch (default 1000)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    p.set_defaults(func=run_build)
+
+
+def _cli_tokenizer(name: str) -> Any:
+    """--tokenizer: 'bytes' -> None; a tokenizer.json file -> tokenizers.Tokenizer; else the name."""
+    if name == "bytes":
+        return None
+    path = Path(name)
+    if path.is_file() and path.suffix == ".json":
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(path))
+    return name
+
+
+def _load_dataset(path: str, split: Optional[str]) -> Any:
+    import datasets
+
+    if not Path(path).is_dir():
+        raise CLIError(f"--dataset: directory not found: {path}")
+    try:
+        ds = datasets.load_from_disk(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(f"--dataset: {path} is not a dataset saved with save_to_disk ({exc})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        names = list(ds.keys())
+        if split is None:
+            split = "train" if "train" in ds else names[0] if len(names) == 1 else None
+        if split not in ds:
+            raise CLIError(f"--split: choose one of the splits {names}")
+        ds = ds[split]
+    elif split is not None:
+        raise CLIError("--split: the saved dataset has no splits")
+    return ds
+
+
+def _npy_documents(paths: List[Path]) -> Any:
+    """Documents from .npy files, memory-mapped: a 1-D array is one document, a 2-D one a row each."""
+    import numpy as np
+
+    for path in paths:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if arr.ndim == 1:
+            yield arr
+        elif arr.ndim == 2:
+            yield from arr
+        else:
+            raise CLIError(f"{path}: expected a 1-D or 2-D array of token ids, got shape {arr.shape}")
+
+
+def _build_source(args: argparse.Namespace) -> Any:
+    if args.dataset and args.sources:
+        raise CLIError("give SOURCE paths or --dataset, not both")
+    if args.dataset:
+        return _load_dataset(args.dataset, args.split)
+    if not args.sources:
+        raise CLIError("nothing to index: give SOURCE paths or --dataset DIR")
+    paths = [Path(s) for s in args.sources]
+    for p in paths:
+        if not p.exists():
+            raise CLIError(f"source not found: {p}")
+    npy = [p.suffix == ".npy" for p in paths]
+    if any(npy):
+        if not all(npy):
+            raise CLIError(".npy token arrays cannot be mixed with text sources")
+        if args.vocab_size is None:
+            raise CLIError(".npy sources need --vocab-size (ids must be smaller)")
+        return _npy_documents(paths)
+    return paths
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from .build import build_index
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise CLIError(f"{out} already exists; pass --overwrite to replace it")
+    source = _build_source(args)
+    if args.vocab_size is not None and isinstance(source, list):
+        raise CLIError("--vocab-size is for token ids (.npy, a dataset's input_ids); text files "
+                       "are tokenized with --tokenizer")
+    # For token ids, --tokenizer (if not bytes) only names the ids' tokenizer for later queries.
+    tokenizer = _cli_tokenizer(args.tokenizer)
+    t0 = time.perf_counter()
+    index = build_index(
+        source, out, tokenizer=tokenizer, vocab_size=args.vocab_size,
+        text_column=args.text_column, metadata_columns=parse_columns(args.metadata_columns),
+        memory_budget=args.memory_budget, max_shard_tokens=args.max_shard_tokens,
+        batch_size=args.batch_size, num_proc=args.num_proc, overwrite=args.overwrite,
+        progress=not args.quiet)
+    seconds = time.perf_counter() - t0
+    with index:
+        if not args.quiet:
+            n = max(index.num_tokens, 1)
+            print(f"built {out}: {index.num_tokens:,} tokens in {index.num_docs:,} documents, "
+                  f"{index.num_shards} shard(s), {index.disk_bytes() / n:.2f} bytes/token on disk, "
+                  f"{seconds:.1f} s")
+    return 0
+
+
+# ------------------------------------------------------------------ query
+
+
+def add_query(sub: Any) -> None:
+    p = sub.add_parser(
+        "query", help="count an n-gram and show its n-gram / ∞-gram probabilities and next tokens",
+        description="Prints JSON: the query's count; P(last token | the tokens before it) with fixed n "
+                    "and with ∞-gram backoff; the next-token distribution after the whole query "
+                    "(fixed n and ∞-gram); the latency of each (median of --repeat runs).")
+    p.add_argument("index", nargs="+", help="index directory (several are queried as one)")
+    q = p.add_mutually_exclusive_group(required=True)
+    q.add_argument("--text", help="query text, tokenized with the index's tokenizer")
+    q.add_argument("--ids", help="query as comma-separated token ids, e.g. 1,2,3 ('' = empty)")
+    p.add_argument("--tokenizer", metavar="NAME_OR_PATH",
+                   help="tokenizer for --text (default: the one saved in the index, or bytes)")
+    p.add_argument("--top", type=int, default=10, help="next tokens shown per distribution (default 10)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per query for the latency median (default 5)")
+    p.set_defaults(func=run_query)
+
+
+def _prob_json(res: Any, token: int, text: Optional[str]) -> dict:
+    return {"token_id": token, "token": text, "prob": res.prob, "count": res.count,
+            "prompt_count": res.prompt_count, "suffix_len": res.suffix_len,
+            "effective_n": res.effective_n, "sparse": res.sparse}
+
+
+def _ntd_json(ntd: Any, top: int, tok: Any, sep: int) -> dict:
+    import numpy as np
+
+    order = np.argsort(-ntd.counts.astype(np.int64), kind="stable")[:max(top, 0)]
+    return {
+        "total": ntd.total, "distinct": len(ntd), "suffix_len": ntd.suffix_len,
+        "effective_n": ntd.effective_n, "sparse": ntd.sparse,
+        "top": [{"token_id": int(ntd.token_ids[i]), "token": token_text(tok, int(ntd.token_ids[i]), sep),
+                 "count": int(ntd.counts[i]), "prob": float(ntd.probs[i])} for i in order],
+    }
+
+
+def run_query(args: argparse.Namespace) -> int:
+    from ._timing import timed
+    from .tokenization import encode_texts
+
+    if args.repeat < 1:
+        raise CLIError(f"--repeat must be at least 1, got {args.repeat}")
+    t0 = time.perf_counter()
+    index = open_index(args.index)
+    open_ms = (time.perf_counter() - t0) * 1e3
+    latency = {"open": open_ms}
+    with index:
+        sep = index.separator_id
+        tok = None
+        if args.text is not None:
+            t0 = time.perf_counter()
+            tok = load_index_tokenizer(index, args.tokenizer)
+            ids = list(encode_texts(tok, [args.text])[0])
+            latency["tokenize"] = (time.perf_counter() - t0) * 1e3
+        else:
+            ids = parse_ids(args.ids)
+            if args.tokenizer or (Path(index.paths[0]) / "tokenizer").is_dir() or index.tokenizer_name == "bytes-utf8":
+                tok = load_index_tokenizer(index, args.tokenizer)
+        def run(name: str, fn: Callable[[], Any]) -> Any:
+            value, seconds = timed(fn, args.repeat)
+            latency[name] = seconds * 1e3
+            return value
+
+        count = run("count", lambda: index.count(ids))  # first: it validates the ids
+        out: dict = {
+            "index": [str(p) for p in index.paths],
+            "query": {"text": args.text, "ids": ids,
+                      "tokens": [token_text(tok, i, sep) for i in ids] if tok is not None else None},
+            "count": count,
+        }
+        if ids:
+            prompt, last = ids[:-1], ids[-1]
+            text = token_text(tok, last, sep)
+            out["ngram_prob"] = _prob_json(run("ngram_prob", lambda: index.ngram_prob(prompt, last)), last, text)
+            out["infgram_prob"] = _prob_json(run("infgram_prob", lambda: index.infgram_prob(prompt, last)), last, text)
+        else:
+            out["ngram_prob"] = out["infgram_prob"] = None
+        out["ngram_ntd"] = _ntd_json(run("ngram_ntd", lambda: index.ngram_ntd(ids)), args.top, tok, sep)
+        out["infgram_ntd"] = _ntd_json(run("infgram_ntd", lambda: index.infgram_ntd(ids)), args.top, tok, sep)
+        out["latency_ms"] = {k: round(v, 4) for k, v in latency.items()}
+        out["latency_runs"] = args.repeat
+    print_json(out)
+    return 0
+
+
+# ------------------------------------------------------------------ info
+
+
+def add_info(sub: Any) -> None:
+    p = sub.add_parser("info", help="show an index's metadata, file sizes and bytes per token",
+                       description="Prints JSON: meta.json's fields, per-shard file sizes, bytes per "
+                                   "token on disk and the official engine's bytes per token for the "
+                                   "same number of tokens.")
+    p.add_argument("index", nargs="+", help="index directory (several are shown as one)")
+    p.set_defaults(func=run_info)
+
+
+def official_bytes_per_token(num_tokens: int, vocab_size: int) -> int:
+    """The official infini-gram engine's footprint: u16 tokens (u32 above 65535 ids) plus a
+    suffix-array pointer of ceil(log2(token bytes) / 8) bytes: 2 + ceil(log2(2N)/8) for u16."""
+    width = 2 if vocab_size <= 65535 else 4
+    return width + max(1, math.ceil(math.log2(max(width * num_tokens, 2)) / 8))
+
+
+def run_info(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    index = open_index(args.index)
+    open_ms = (time.perf_counter() - t0) * 1e3
+    with index:
+        shards = []
+        for root, meta in zip(index.paths, index._metas):
+            for s in meta["shards"]:
+                d = Path(root) / s["dir"]
+                files = {f.name: f.stat().st_size for f in sorted(d.iterdir()) if f.is_file()}
+                shards.append({**s, "path": str(d), "file_bytes": files})
+        core = sum(sh["file_bytes"].get(n, 0) for sh in shards for n in ("tokens.bin", "sa.bin"))
+        disk = index.disk_bytes()
+        n = max(index.num_tokens, 1)
+        meta = index.meta
+        out = {
+            "index": [str(p) for p in index.paths],
+            "format": meta["format"], "format_version": meta["format_version"],
+            "tokenizer_name": meta.get("tokenizer_name"), "vocab_fingerprint": meta.get("vocab_fingerprint"),
+            "tokenizer_saved": (Path(index.paths[0]) / "tokenizer").is_dir(),
+            "eos_token_id": meta.get("eos_token_id"),
+            "vocab_size": index.vocab_size, "token_width": index.token_width,
+            "separator_id": index.separator_id,
+            "num_tokens": index.num_tokens, "num_docs": index.num_docs, "num_shards": index.num_shards,
+            "document_metadata": any("docmeta.jsonl" in sh["file_bytes"] for sh in shards),
+            "disk_bytes": disk,
+            "bytes_per_token": disk / n,
+            "tokens_and_sa_bytes_per_token": core / n,
+            "official_engine_bytes_per_token": official_bytes_per_token(index.num_tokens, index.vocab_size),
+            "open_ms": round(open_ms, 3),
+            "build": meta.get("build"),
+            "shards": shards,
+        }
+    print_json(out)
+    return 0
+
+
+# ------------------------------------------------------------------ entry point
+
+# One registration function per subcommand; new subcommands add theirs here.
+COMMANDS: List[Callable[[Any], None]] = [add_build, add_query, add_info]
+
+# Errors that are the user's input, not a bug: one line on stderr, exit status 2.
+USER_ERRORS = (CLIError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               PermissionError, InfiniGramError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog=PROG, description="The ∞-gram language model: build, query, inspect.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `infinigram-hf query ... | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
