@@ -1,6 +1,7 @@
 """infinigram_hf: the ∞-gram language model (unbounded-n n-gram counts from a suffix array),
 served into HuggingFace decoding."""
 from .errors import IndexFormatError, InfiniGramError, TokenizerMismatchError
+from .build import build_index
 from .index import InfiniGramIndex
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 
@@ -8,6 +9,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "InfiniGramIndex",
+    "build_index",
     "InfiniGramError",
     "IndexFormatError",
     "TokenizerMismatchError",
