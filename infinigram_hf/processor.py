@@ -1,0 +1,206 @@
+"""InfiniGramLogitsProcessor: mix the ∞-gram into generate() (paper §2 "Interpolating with neural LMs").
+
+For every row of the batch the processor returns
+
+    log(λ · P_∞(· | context) + (1 − λ) · softmax(scores))
+
+with λ = lambda_sparse when the ∞-gram estimate is sparse (one possible next token) and
+lambda_dense otherwise (paper §5). The output is a row of log-probabilities, so it works whatever
+`scores` are (raw logits under greedy/sampling, log-softmaxed under beam search), and the warpers
+that run after user processors (temperature, top-k, top-p) act on the mixture.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .errors import TokenizerMismatchError
+from ._ntd_cache import NtdCache
+from .index import InfiniGramIndex
+from .tokenization import tokenizer_name, vocab_fingerprint
+
+try:  # subclass transformers' base class when available (it only documents the call signature)
+    from transformers import LogitsProcessor as _Base
+except ImportError:  # pragma: no cover
+    _Base = object
+
+DEFAULT_LAMBDA_SPARSE = 0.5
+DEFAULT_LAMBDA_DENSE = 0.3
+
+
+def check_lambda(value: float, name: str) -> float:
+    """A mixture weight in [0, 1], as float; ValueError naming the argument otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_tokenizer(index: InfiniGramIndex, tokenizer: Any) -> None:
+    """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
+
+    Compares the vocabulary fingerprint stored in the index with the tokenizer's; an index built
+    from token ids without a tokenizer has none, and then only the sizes are compared.
+    """
+    stored = index.vocab_fingerprint
+    if stored is not None:
+        got = vocab_fingerprint(tokenizer)
+        if got != stored:
+            raise TokenizerMismatchError(
+                f"the index at {index.paths[0]} was built with tokenizer {index.tokenizer_name!r} "
+                f"(vocab fingerprint {stored[:19]}…), but the tokenizer given is "
+                f"{tokenizer_name(tokenizer)!r} ({got[:19]}…): token ids would not mean the same text")
+    elif len(tokenizer) > index.vocab_size:
+        raise TokenizerMismatchError(
+            f"the tokenizer given has {len(tokenizer)} ids but the index at {index.paths[0]} only "
+            f"{index.vocab_size}: it was built with another vocabulary")
+
+
+def check_model_vocab(index: InfiniGramIndex, model_vocab_size: int) -> None:
+    """The model must have a row for every id of the index (more rows are fine: padding)."""
+    if model_vocab_size < index.vocab_size:
+        raise TokenizerMismatchError(
+            f"the model scores {model_vocab_size} tokens but the index at {index.paths[0]} has "
+            f"{index.vocab_size} ids: the index was built with another tokenizer than the model's")
+
+
+class InfiniGramLogitsProcessor(_Base):
+    """A `transformers.LogitsProcessor` that interpolates the model with an ∞-gram index.
+
+    Args:
+        index: an open `InfiniGramIndex` built with the model's tokenizer.
+        lambda_sparse: weight of P_∞ when its estimate is sparse (a single possible next token).
+        lambda_dense: weight of P_∞ otherwise.
+        min_effective_n: leave the neural distribution untouched (only log-softmaxed) when the
+            matched context is shorter than `min_effective_n - 1` tokens. The paper warns that a
+            short-context ∞-gram can derail open-ended generation; e.g. 8 mixes only long matches.
+        tokenizer: the model's tokenizer; checked against the index's fingerprint
+            (TokenizerMismatchError) and the source of the pad and EOS ids when not given.
+        pad_token_id: left-padding id stripped from the start of each row before querying.
+        eos_token_id: the id that end-of-document maps to (the index reports it under its
+            separator id); it also acts as a document boundary inside a context. Defaults to the
+            tokenizer's, then to the one recorded in the index. Without one, the end-of-document
+            mass is dropped and P_∞ renormalized over real tokens.
+        model_vocab_size: the model's output size, to check it early (it is checked on the first
+            call anyway). Rows of a larger model vocabulary get no ∞-gram mass.
+        cache_size: next-token distributions kept per matched suffix (LRU). The cache is keyed by
+            the context, so draft prefixes that assisted decoding later rejects cannot corrupt it.
+
+    Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
+    no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
+
+    Example:
+        >>> proc = InfiniGramLogitsProcessor(index, lambda_sparse=0.5, lambda_dense=0.2,
+        ...                                  tokenizer=tok)                       # doctest: +SKIP
+        >>> model.generate(**tok("def main(", return_tensors="pt"),
+        ...                logits_processor=LogitsProcessorList([proc]))          # doctest: +SKIP
+    """
+
+    def __init__(self, index: InfiniGramIndex, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
+                 lambda_dense: float = DEFAULT_LAMBDA_DENSE, *, min_effective_n: int = 1,
+                 tokenizer: Any = None, pad_token_id: Optional[int] = None,
+                 eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
+                 cache_size: int = 4096):
+        if not isinstance(index, InfiniGramIndex):
+            raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+        self.index = index
+        self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
+        self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")
+        if isinstance(min_effective_n, bool) or not isinstance(min_effective_n, int) or min_effective_n < 1:
+            raise ValueError(f"min_effective_n must be an int >= 1, got {min_effective_n!r}")
+        self.min_effective_n = min_effective_n
+        if tokenizer is not None:
+            check_tokenizer(index, tokenizer)
+        if pad_token_id is None and tokenizer is not None:
+            pad_token_id = getattr(tokenizer, "pad_token_id", None)
+        if eos_token_id is None and tokenizer is not None:
+            eos_token_id = getattr(tokenizer, "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = index.eos_token_id
+        self.pad_token_id = _opt_id(pad_token_id, "pad_token_id")
+        self.eos_token_id = _opt_id(eos_token_id, "eos_token_id")
+        if model_vocab_size is not None:
+            check_model_vocab(index, int(model_vocab_size))
+        self._checked_width = -1
+        self._cache = NtdCache(index, eos_token_id=self.eos_token_id, max_entries=cache_size)
+
+    # ------------------------------------------------------------ contexts
+
+    def context(self, ids: np.ndarray) -> np.ndarray:
+        """The part of one row the ∞-gram conditions on: leading padding stripped, and only what
+        follows the last document boundary (EOS, or an id the index cannot hold)."""
+        start = 0
+        pad = self.pad_token_id
+        if pad is not None and pad != self.eos_token_id:
+            n = len(ids)
+            while start < n and ids[start] == pad:
+                start += 1
+        boundary = ids[start:] >= self.index.vocab_size
+        if self.eos_token_id is not None:
+            boundary |= ids[start:] == self.eos_token_id
+        hits = np.flatnonzero(boundary)
+        if len(hits):
+            start += int(hits[-1]) + 1
+        return ids[start:]
+
+    def distribution(self, ids: Any) -> Tuple[np.ndarray, np.ndarray, int, bool]:
+        """(token ids, P_∞ probabilities, effective n, sparse) for one row of ids; ids empty when
+        the ∞-gram has nothing to say (e.g. only end-of-document with no EOS id)."""
+        row = np.asarray(ids.detach().cpu().numpy() if hasattr(ids, "detach") else ids, dtype=np.int64)
+        entry = self._cache.lookup(self.context(row).astype(np.uint32))
+        return entry.token_ids, entry.probs, entry.effective_n, entry.sparse
+
+    # ------------------------------------------------------------ the call
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        width = scores.shape[-1]
+        if width != self._checked_width:
+            check_model_vocab(self.index, width)
+            if self.eos_token_id is not None and self.eos_token_id >= width:
+                raise ValueError(f"eos_token_id {self.eos_token_id} is outside the model's {width} scores")
+            self._checked_width = width
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        rows_np = input_ids.detach().cpu().numpy()
+        rows, cols, vals, lams = [], [], [], []
+        for r in range(rows_np.shape[0]):
+            entry = self._cache.lookup(self.context(rows_np[r]).astype(np.uint32))
+            if entry.effective_n < self.min_effective_n or len(entry.token_ids) == 0:
+                continue
+            lam = self.lambda_sparse if entry.sparse else self.lambda_dense
+            if lam == 0.0:
+                continue
+            rows.append(r)
+            lams.append(lam)
+            cols.append(entry.token_tensor)
+            vals.append(entry.log_probs + math.log(lam))
+        if not rows:
+            return logp.to(scores.dtype)
+        # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
+        # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
+        lam_t = torch.zeros(logp.shape[0], 1, dtype=logp.dtype)
+        lam_t[rows, 0] = torch.tensor(lams, dtype=logp.dtype)
+        out = logp + torch.log1p(-lam_t).to(logp.device)
+        r_idx = torch.cat([torch.full((len(c),), r, dtype=torch.long) for r, c in zip(rows, cols)]).to(logp.device)
+        c_idx = torch.cat(cols).to(logp.device)
+        add = torch.cat(vals).to(device=logp.device, dtype=logp.dtype)
+        cur = out[r_idx, c_idx]
+        mixed = torch.logaddexp(cur, add)
+        masked = torch.isneginf(logp[r_idx, c_idx])  # forbidden by an earlier processor: stays so
+        out[r_idx, c_idx] = torch.where(masked, logp[r_idx, c_idx], mixed)
+        return out.to(scores.dtype)
+
+
+def _opt_id(value: Any, name: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):  # generation configs may hold several EOS ids
+        if not value:
+            return None
+        value = value[0]
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int id, got {value!r}")
+    return int(value)

@@ -1,0 +1,74 @@
+"""Tiny HuggingFace pieces for the integration tests: a BPE tokenizer trained in a second on a few
+standard-library files, a GPT-2 built from a config, and an index of those files.
+
+Everything is made locally (no hub). Import the fixtures into a test module:
+
+    from hf_tiny import tiny_tok, tiny_model, tiny_index, TEXTS   # noqa: F401
+
+Example:
+    >>> tok = make_tokenizer(TEXTS, vocab_size=300)
+    >>> tok.eos_token_id
+    0
+"""
+from __future__ import annotations
+
+import bisect
+import colorsys
+import heapq
+import keyword
+import textwrap
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+import torch
+
+from infinigram_hf.build import build_index
+
+EOS = "<|endoftext|>"
+# A few small standard-library modules: present in every CPython, real code with repeats.
+TEXTS = [Path(m.__file__).read_text(encoding="utf-8") for m in (textwrap, heapq, bisect, colorsys, keyword)]
+MODEL_EXTRA_ROWS = 12  # the model's vocabulary is padded past the tokenizer's
+
+
+def make_tokenizer(texts: Sequence[str], vocab_size: int = 300):
+    """A byte-level BPE tokenizer trained on `texts`; EOS (= BOS = pad) is id 0."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    raw.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token=EOS, bos_token=EOS, pad_token=EOS)
+
+
+def make_model(vocab_size: int, seed: int = 0, n_layer: int = 2, n_embd: int = 32):
+    """A randomly initialised tiny GPT-2 (eval mode)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab_size, n_positions=512, n_embd=n_embd, n_layer=n_layer, n_head=2,
+                     bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    return make_tokenizer(TEXTS)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tok):
+    return make_model(len(tiny_tok) + MODEL_EXTRA_ROWS)
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tiny_tok, tmp_path_factory):
+    """The TEXTS indexed with tiny_tok (one document per file)."""
+    out = tmp_path_factory.mktemp("hf") / "index"
+    index = build_index(TEXTS, out, tokenizer=tiny_tok, progress=False)
+    yield index
+    index.close()
