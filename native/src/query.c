@@ -41,37 +41,79 @@ static inline int cmp_suffix(const ig_shard *s, int w, int64_t pos, int64_t d, c
     return 0;
 }
 
-/* Sub-range of [r.lo, r.hi) whose suffixes continue with the single token t at depth d. */
-ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
-    int64_t a = r.lo, b = r.hi;
-    while (a < b) { /* first rank with token >= t */
-        int64_t mid = a + (b - a) / 2;
-        if (tok_rank(s, w, mid, d) < t) a = mid + 1; else b = mid;
-    }
-    int64_t lo = a;
-    b = r.hi;
-    while (a < b) { /* first rank with token > t */
-        int64_t mid = a + (b - a) / 2;
-        if (tok_rank(s, w, mid, d) <= t) a = mid + 1; else b = mid;
-    }
-    return (ig_range){lo, a};
+/* Hint the cache about suffix-array entry r: a binary search prefetches both candidate next
+   midpoints, so the pointer load of the next step overlaps the token load of this one. */
+static inline void prefetch_sa(const ig_shard *s, int64_t r) {
+#if defined(__GNUC__)
+    __builtin_prefetch(s->sa + (size_t)r * (size_t)s->sa_width);
+#else
+    (void)s; (void)r;
+#endif
 }
 
-/* Sub-range of r whose suffixes continue with q[0..m) at depth d. */
-ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
-    if (m == 1) return narrow1(s, w, r, d, q[0]);
+/* Ranges this short are scanned instead of bisected: their pointers share a cache line or two
+   and the token loads are independent, so the CPU overlaps them. */
+#define IG_SCAN_MAX 8
+
+/* First rank in [a, b) whose token at depth d is >= t (strict = 0) or > t (strict = 1). */
+static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, int64_t d, uint32_t t,
+                                int strict) {
+    while (b - a > IG_SCAN_MAX) {
+        int64_t mid = a + (b - a) / 2;
+        prefetch_sa(s, a + (mid - a) / 2);
+        prefetch_sa(s, mid + 1 + (b - mid - 1) / 2);
+        uint32_t x = tok_rank(s, w, mid, d);
+        if (x < t || (strict && x == t)) a = mid + 1; else b = mid;
+    }
+    while (a < b) {
+        uint32_t x = tok_rank(s, w, a, d);
+        if (!(x < t || (strict && x == t))) break;
+        a++;
+    }
+    return a;
+}
+
+/* Sub-range of [r.lo, r.hi) whose suffixes continue with the single token t at depth d. One
+   bisection until a rank holding t is hit, then the two bounds are searched on either side of it
+   (an "equal range" search: about half the probes of two independent bisections). */
+ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
     int64_t a = r.lo, b = r.hi;
-    while (a < b) {
+    while (b - a > IG_SCAN_MAX) {
         int64_t mid = a + (b - a) / 2;
-        if (cmp_suffix(s, w, ig_sa(s, mid), d, q, m) < 0) a = mid + 1; else b = mid;
+        prefetch_sa(s, a + (mid - a) / 2);
+        prefetch_sa(s, mid + 1 + (b - mid - 1) / 2);
+        uint32_t x = tok_rank(s, w, mid, d);
+        if (x < t) a = mid + 1;
+        else if (x > t) b = mid;
+        else return (ig_range){bound_tok(s, w, a, mid, d, t, 0), bound_tok(s, w, mid + 1, b, d, t, 1)};
     }
-    int64_t lo = a;
-    b = r.hi;
-    while (a < b) {
-        int64_t mid = a + (b - a) / 2;
-        if (cmp_suffix(s, w, ig_sa(s, mid), d, q, m) <= 0) a = mid + 1; else b = mid;
+    int64_t lo = bound_tok(s, w, a, b, d, t, 0);
+    return (ig_range){lo, bound_tok(s, w, lo, b, d, t, 1)};
+}
+
+/* Ranks of r (sharing a prefix of length d) whose suffix continues with q[0..m): checked one by
+   one by reading the text, for ranges already short. The matches are contiguous (ranks are
+   sorted), and an empty result sits where q would be inserted. */
+static ig_range verify_range(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
+    int64_t below = 0, upto = 0;
+    for (int64_t k = r.lo; k < r.hi; k++) {
+        int c = cmp_suffix(s, w, ig_sa(s, k), d, q, m);
+        below += c < 0;
+        upto += c <= 0;
     }
-    return (ig_range){lo, a};
+    return (ig_range){r.lo + below, r.lo + upto};
+}
+
+/* Sub-range of r whose suffixes continue with q[0..m) at depth d: narrowed one token at a time
+   (each step bisects only what the previous one left), then verified against the text once the
+   range is short, so a long query costs a few bisections plus one sequential read. */
+ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
+    for (int64_t k = 0; k < m; k++) {
+        if (r.hi - r.lo <= IG_SCAN_MAX) return verify_range(s, w, r, d + k, q + k, m - k);
+        r = narrow1(s, w, r, d + k, q[k]);
+        if (r.hi <= r.lo) break;
+    }
+    return r;
 }
 
 ig_range first_token_range(const ig_shard *s, int w, uint32_t t) {
@@ -227,29 +269,65 @@ int ig_ntd(const ig_index *ix, const uint32_t *q, int64_t len, uint32_t *tokens,
 
 /* ---------------------------------------------------------------- ∞-gram */
 
-/* Longest suffix of prompt with a non-zero count; its ranges are left in `best` (and `tmp` is
-   scratch). Exponential then binary search over the length: counts shrink as it grows. */
-int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len,
-                              ig_range *best, ig_range *tmp) {
-    int64_t good = 0, bad = -1;
-    find_all(ix, p + len, 0, best);
-    if (max_len > len) max_len = len;
-    for (int64_t l = 1; l <= max_len; l = (l * 2 > max_len && l < max_len) ? max_len : l * 2) {
-        if (find_all(ix, p + len - l, l, tmp) > 0) {
-            good = l;
-            memcpy(best, tmp, (size_t)ix->n_shards * sizeof *best);
-            if (l == max_len) break;
-        } else {
-            bad = l;
-            break;
+/* Once a matched suffix has at most this many occurrences, they are read directly instead of
+   searching longer suffixes. */
+#define IG_ENUM_MAX 48
+
+/* How many tokens before the occurrences ranked in rs match the prompt read backwards from
+   p[start - 1]: the maximum over occurrences, at most cap. Every occurrence of a longer suffix of
+   the prompt contains one of these occurrences, so this extends the match exactly. */
+static int64_t left_extension(const ig_index *ix, const ig_range *rs, const uint32_t *p, int64_t start,
+                              int64_t cap) {
+    int w = ix->token_width;
+    int64_t best = 0;
+    for (int i = 0; i < ix->n_shards && best < cap; i++) {
+        const ig_shard *s = &ix->shards[i];
+        for (int64_t r = rs[i].lo; r < rs[i].hi; r++) /* independent loads: let them overlap */
+            __builtin_prefetch(s->tokens + (size_t)(ig_sa(s, r) - 1) * (size_t)w);
+        for (int64_t r = rs[i].lo; r < rs[i].hi && best < cap; r++) {
+            int64_t pos = ig_sa(s, r), k = 0; /* positions before 0 read as the separator */
+            while (k < cap && ig_tok(s, w, pos - 1 - k) == p[start - 1 - k]) k++;
+            if (k > best) best = k;
         }
     }
-    if (bad < 0) return good;
+    return best;
+}
+
+/* Longest suffix (<= max_len) of p[0..len) with a non-zero count; its ranges are left in `best`
+   (`tmp` is scratch). Lengths double while the count stays large, then bisect between the
+   longest length known to occur and the shortest known not to; as soon as the known suffix has
+   few occurrences, their left contexts in the text give the answer at once. */
+int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len,
+                       ig_range *best, ig_range *tmp) {
+    size_t sz = (size_t)ix->n_shards * sizeof *best;
+    if (max_len > len) max_len = len;
+    if (max_len < 0) max_len = 0;
+    uint64_t cnt = find_all(ix, p + len, 0, best);
+    int64_t good = 0, bad = max_len + 1; /* good occurs (ranges in best); bad does not, or is too long */
+    for (int64_t l = 1; l < bad && !(good && cnt <= IG_ENUM_MAX);) {
+        uint64_t c = find_all(ix, p + len - l, l, tmp);
+        if (!c) { bad = l; break; }
+        good = l;
+        cnt = c;
+        memcpy(best, tmp, sz);
+        if (l == max_len) break;
+        l = l * 2 > max_len ? max_len : l * 2;
+    }
     while (bad - good > 1) {
+        if (good && cnt <= IG_ENUM_MAX) { /* (the empty suffix misses occurrences at document ends) */
+            int64_t ext = left_extension(ix, best, p, len - good, bad - 1 - good);
+            if (ext) {
+                good += ext;
+                find_all(ix, p + len - good, good, best);
+            }
+            return good;
+        }
         int64_t mid = good + (bad - good) / 2;
-        if (find_all(ix, p + len - mid, mid, tmp) > 0) {
+        uint64_t c = find_all(ix, p + len - mid, mid, tmp);
+        if (c) {
             good = mid;
-            memcpy(best, tmp, (size_t)ix->n_shards * sizeof *best);
+            cnt = c;
+            memcpy(best, tmp, sz);
         } else {
             bad = mid;
         }
