@@ -3,6 +3,8 @@ served into HuggingFace decoding."""
 from .errors import IndexFormatError, InfiniGramError, TokenizerMismatchError
 from .build import build_index
 from .index import InfiniGramIndex
+from .difference import DifferenceIndex
+from .search import DocumentMatch, SearchResult
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 
 __version__ = "0.1.0"
@@ -18,5 +20,8 @@ __all__ = [
     "NextTokenDistribution",
     "ProbResult",
     "ScoreResult",
+    "DifferenceIndex",
+    "DocumentMatch",
+    "SearchResult",
     "__version__",
 ]

@@ -6,7 +6,7 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -14,6 +14,10 @@ from . import format as fmt
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import IndexFormatError, InfiniGramError
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+
+if TYPE_CHECKING:
+    from .difference import DifferenceIndex
+    from .search import SearchResult
 
 PathLike = Union[str, os.PathLike]
 _EMPTY = np.zeros(0, dtype=np.uint32)
@@ -82,8 +86,19 @@ class InfiniGramIndex:
     # ------------------------------------------------------------ opening and closing
 
     @classmethod
-    def open(cls, path: Union[PathLike, Sequence[PathLike]]) -> "InfiniGramIndex":
-        """Open an index directory, or a list of them as one index whose counts add up."""
+    def open(cls, path: Union[PathLike, Sequence[PathLike]],
+             subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
+             verify: bool = False) -> "Union[InfiniGramIndex, DifferenceIndex]":
+        """Open an index directory, or a list of them as one index whose counts add up.
+
+        With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
+        answering as an index built without those documents (see infinigram_hf.difference;
+        `verify=True` also spot-checks the subset property).
+        """
+        if subtract is not None:
+            from .difference import open_difference
+
+            return open_difference(path, subtract, verify=verify)
         paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
         if not paths:
             raise ValueError("no index path given")
@@ -356,3 +371,27 @@ class InfiniGramIndex:
                     check(lib.ig_sa_position(ix, shard, rank, pos, err, len(err)), err)
                     out.append((shard, int(pos[0])))
         return out
+
+    def search_docs(self, query: Any, maxnum: int = 10, *, max_clause_freq: int = 50_000,
+                    max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
+                    decode: Optional[bool] = None) -> "SearchResult":
+        """Documents containing an n-gram, or satisfying a CNF of n-grams (AND of ORs), as the
+        paper's SEARCHDOC; see `infinigram_hf.search.search_docs` for the arguments.
+
+        Example:
+            >>> index.search_docs([["import os"], ["sys.argv", "argparse"]]).count  # doctest: +SKIP
+        """
+        from .search import search_docs
+
+        return search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
+                           seed=seed, tokenizer=tokenizer, decode=decode)
+
+    # ------------------------------------------------------------ index algebra
+
+    def difference(self, removed: "InfiniGramIndex", *, verify: bool = False) -> "DifferenceIndex":
+        """This index minus `removed`, an index of a subset of its documents: every query answers
+        as an index built without them (the paper's subtractive property). Neither is closed
+        with the result."""
+        from .difference import DifferenceIndex
+
+        return DifferenceIndex(self, removed, verify=verify)

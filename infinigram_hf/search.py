@@ -1,0 +1,299 @@
+"""Document search (the paper's SEARCHDOC): documents that contain an n-gram, or that satisfy a
+CNF of n-grams -- an AND of clauses, each an OR of n-grams.
+
+The work happens in C (native/src/search.c): the rarest clause gives candidate documents, every
+other clause is checked exactly per candidate. Only when even the rarest clause has more than
+``max_clause_freq`` occurrences are those sampled, and then the result is ``approximate`` with an
+unbiased estimate of the number of matching documents.
+
+Example:
+    >>> index = InfiniGramIndex.open("my_index")                        # doctest: +SKIP
+    >>> index.search_docs([464, 2068]).count                             # an n-gram of ids
+    >>> index.search_docs("def main(")                                   # text (saved tokenizer)
+    >>> res = index.search_docs([["natural language", "NLP"], ["deep learning"]])  # CNF
+    >>> res.documents[0].spans   # (offset, length, clause, n-gram) of every hit in the document
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import tokenization as tk
+from ._native import check, err_buffer, ffi, lib, ptr
+from .errors import TokenizerMismatchError
+from .results import Document
+
+MAX_CLAUSES = int(lib.IG_SEARCH_MAX_CLAUSES)
+MAX_TERMS = int(lib.IG_SEARCH_MAX_TERMS)
+MAX_CLAUSE_FREQ = 10_000_000  # the C core allows 2**26; this keeps the result buffer sane
+MAX_MAXNUM = 10_000           # documents returned with their tokens
+DEFAULT_MAX_CLAUSE_FREQ = 50_000
+
+Ngram = Tuple[int, ...]
+Cnf = Tuple[Tuple[Ngram, ...], ...]
+
+
+@dataclass(frozen=True)
+class DocumentMatch(Document):
+    """A document found by `search_docs`: a `Document` plus where the query's n-grams occur in it.
+
+    ``spans`` is an int64 array of shape (k, 4), one row per occurrence, ordered by offset:
+    (offset in the document, length, clause index, n-gram index inside the clause).
+    """
+
+    spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Result of `search_docs`.
+
+    count: matching documents -- exact, or (when ``approximate``) an unbiased estimate.
+    approximate: the rarest clause had more than max_clause_freq occurrences and was sampled.
+    doc_ids: every matching document found (all of them when exact), increasing global ids.
+    documents: the first ``maxnum`` of doc_ids with their tokens, metadata and spans.
+    cnf: the query as token ids, ((n-gram, ...) per clause, ...).
+    anchor_clause / anchor_count / anchor_used: the rarest clause, its number of occurrences and
+    how many of those were examined.
+    """
+
+    count: int
+    approximate: bool
+    doc_ids: np.ndarray
+    documents: Tuple[DocumentMatch, ...]
+    cnf: Cnf
+    estimate: float
+    anchor_clause: int
+    anchor_count: int
+    anchor_used: int
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+
+# ---------------------------------------------------------------------------- the query
+
+_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_TOK_LOCK = threading.Lock()
+
+
+def index_tokenizer(index: Any) -> Optional[Any]:
+    """The tokenizer an index was built with, when it can be had offline: raw bytes, or the HF
+    tokenizer saved in ``<index>/tokenizer``. None otherwise. Cached per index."""
+    with _TOK_LOCK:
+        if index in _TOKENIZERS:
+            return _TOKENIZERS[index]
+    tok = getattr(index, "tokenizer", None)
+    if tok is None:
+        if index.tokenizer_name == tk.BYTES_NAME:
+            tok = tk.ByteTokenizer()
+        else:
+            saved = Path(index.paths[0]) / "tokenizer"
+            if saved.is_dir():
+                from transformers import AutoTokenizer
+
+                tok = AutoTokenizer.from_pretrained(str(saved))
+    with _TOK_LOCK:
+        _TOKENIZERS[index] = tok
+    return tok
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_ngram(x: Any) -> bool:
+    """A str, a 1-D integer array / tensor, or a non-empty sequence of ints."""
+    if isinstance(x, str):
+        return True
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        return x.ndim == 1 and (x.size == 0 or np.issubdtype(x.dtype, np.integer))
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_int(t) for t in x)
+
+
+def _ids(ngram: Any, encode: Any, where: str, vocab_size: int) -> Ngram:
+    if isinstance(ngram, str):
+        if encode is None:
+            raise ValueError(f"{where}: text needs the index's tokenizer (none is saved in the index); "
+                             f"pass token ids or tokenizer=")
+        ids = tuple(int(t) for t in encode(ngram))
+        if not ids:
+            raise ValueError(f"{where}: {ngram!r} tokenizes to nothing")
+        return ids
+    if hasattr(ngram, "detach"):
+        ngram = ngram.detach().cpu().numpy()
+    ids = tuple(int(t) for t in np.asarray(ngram).ravel())
+    if not ids:
+        raise ValueError(f"{where}: empty n-gram")
+    for t in ids:
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"{where}: id {t} is outside the vocabulary (size {vocab_size})")
+    return ids
+
+
+def parse_query(query: Any, encode: Any = None, vocab_size: int = 2 ** 32 - 1) -> Cnf:
+    """An n-gram (text or ids) or a CNF (list of clauses, each a list of n-grams) -> CNF of ids.
+
+    Example:
+        >>> parse_query([5, 6])
+        (((5, 6),),)
+        >>> parse_query([[[5, 6], [7]], [[8]]])     # (5 6 OR 7) AND 8
+        (((5, 6), (7,)), ((8,),))
+    """
+    if _is_ngram(query):
+        return ((_ids(query, encode, "query", vocab_size),),)
+    if not isinstance(query, (list, tuple)) or not query:
+        raise ValueError(f"query must be an n-gram (text or token ids) or a CNF (a list of clauses, each a list "
+                         f"of n-grams); got {type(query).__name__}")
+    if len(query) > MAX_CLAUSES:
+        raise ValueError(f"query has {len(query)} clauses; at most {MAX_CLAUSES} are allowed")
+    clauses: List[Tuple[Ngram, ...]] = []
+    n_terms = 0
+    for c, clause in enumerate(query):
+        if _is_ngram(clause) or not isinstance(clause, (list, tuple)) or not clause:
+            raise ValueError(
+                f"query clause {c} must be a non-empty list of n-grams; a CNF is [[ngram, ...], ...] "
+                f"(e.g. [['a', 'b'], ['c']] is (a OR b) AND c; with ids [[[1, 2], [3]], [[4]]])")
+        terms = []
+        for j, term in enumerate(clause):
+            if not _is_ngram(term):
+                raise ValueError(f"query clause {c}, n-gram {j}: expected text or a list of token ids, "
+                                 f"got {term!r}")
+            terms.append(_ids(term, encode, f"query clause {c}, n-gram {j}", vocab_size))
+        n_terms += len(terms)
+        clauses.append(tuple(terms))
+    if n_terms > MAX_TERMS:
+        raise ValueError(f"query has {n_terms} n-grams; at most {MAX_TERMS} are allowed")
+    return tuple(clauses)
+
+
+def _flatten(cnf: Cnf) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    terms = [t for clause in cnf for t in clause]
+    ids = np.array([i for t in terms for i in t], dtype=np.uint32)
+    term_off = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in terms], out=term_off[1:])
+    clause_off = np.zeros(len(cnf) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in cnf], out=clause_off[1:])
+    return ids, term_off, clause_off
+
+
+def _check_int(value: Any, name: str, lo: int, hi: int) -> int:
+    if not _is_int(value) or not lo <= int(value) <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------- the search
+
+
+def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: int = DEFAULT_MAX_CLAUSE_FREQ,
+                max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
+                decode: Optional[bool] = None) -> SearchResult:
+    """Documents of `index` matching `query` (an n-gram, or a CNF of n-grams).
+
+    Args:
+        query: token ids or text (one n-gram), or a CNF: a list of clauses (all must hold), each
+            a list of n-grams (any one suffices), n-grams as text or ids.
+        maxnum: documents returned in full (0 .. 10000), the first matches by document id.
+        max_clause_freq: occurrences of the rarest clause examined; beyond it they are sampled
+            and the result is approximate (count estimated). Other clauses are always exact.
+        max_diff_tokens: None = the clauses may match anywhere in the document; k = one
+            occurrence per clause with start positions at most k tokens apart.
+        seed: seeds the sampling (only used when it happens).
+        tokenizer: for text queries, instead of the one saved in the index.
+        decode: fill Document.text (default: when the query was given as text).
+
+    Example:
+        >>> res = search_docs(index, [["import os"], ["sys.argv", "argparse"]], maxnum=3)  # doctest: +SKIP
+        >>> res.count, [d.doc_id for d in res.documents]                                    # doctest: +SKIP
+    """
+    maxnum = _check_int(maxnum, "maxnum", 0, MAX_MAXNUM)
+    max_clause_freq = _check_int(max_clause_freq, "max_clause_freq", 1, MAX_CLAUSE_FREQ)
+    diff = -1 if max_diff_tokens is None else _check_int(max_diff_tokens, "max_diff_tokens", 0, 2 ** 62)
+    seed = _check_int(seed, "seed", 0, 2 ** 64 - 1)
+    tok = None
+    if tokenizer is not None:
+        tok = tk.resolve_tokenizer(tokenizer)
+        want = index.vocab_fingerprint
+        if want and tk.vocab_fingerprint(tok) != want:
+            raise TokenizerMismatchError(
+                f"tokenizer {tk.tokenizer_name(tok)!r} does not match the index's ({index.tokenizer_name!r})")
+    has_text = _has_text(query)
+    if has_text and tok is None:
+        tok = index_tokenizer(index)
+    encode = (lambda s: tok.encode(s, add_special_tokens=False)) if tok is not None else None
+    cnf = parse_query(query, encode, index.vocab_size)
+    ids, term_off, clause_off = _flatten(cnf)
+
+    cap = max(1, min(max_clause_freq, index.num_docs))
+    out = np.empty(cap, dtype=np.int64)
+    n_out = ffi.new("int64_t *")
+    opts = ffi.new("ig_search_opts *", {"max_clause_freq": max_clause_freq, "max_diff_tokens": diff, "seed": seed})
+    stats = ffi.new("ig_search_stats *")
+    err = err_buffer()
+    with index._handle() as ix:
+        rc = lib.ig_search_docs(ix, ptr(ids, "uint32_t"), ptr(term_off, "int64_t"), len(term_off) - 1,
+                                ptr(clause_off, "int64_t"), len(clause_off) - 1, opts, ptr(out, "int64_t"),
+                                cap, n_out, stats, err, len(err))
+    check(rc, err)
+    doc_ids = out[:int(n_out[0])].copy()
+    approximate = bool(stats.approximate)
+    estimate = float(stats.estimate)
+    want_text = has_text if decode is None else bool(decode)
+    docs = tuple(_document(index, int(d), cnf, ids, term_off, tok if want_text else None)
+                 for d in doc_ids[:maxnum].tolist())
+    return SearchResult(count=int(round(estimate)) if approximate else int(stats.num_matches),
+                        approximate=approximate, doc_ids=doc_ids, documents=docs, cnf=cnf, estimate=estimate,
+                        anchor_clause=int(stats.anchor_clause), anchor_count=int(stats.anchor_count),
+                        anchor_used=int(stats.anchor_used))
+
+
+def _has_text(query: Any) -> bool:
+    if isinstance(query, str):
+        return True
+    if isinstance(query, (list, tuple)):
+        return any(_has_text(q) for q in query)
+    return False
+
+
+def doc_spans(index: Any, doc_id: int, cnf: Cnf, ids: Optional[np.ndarray] = None,
+              term_off: Optional[np.ndarray] = None) -> np.ndarray:
+    """Every occurrence of the CNF's n-grams in a document: rows (offset, length, clause, n-gram)."""
+    if ids is None or term_off is None:
+        ids, term_off, _ = _flatten(cnf)
+    shard, local = index._split_doc_id(doc_id)
+    n_terms = len(term_off) - 1
+    clause_of = np.repeat(np.arange(len(cnf)), [len(c) for c in cnf])
+    index_in_clause = np.concatenate([np.arange(len(c)) for c in cnf])
+    lengths = np.diff(term_off)
+    cap = 256
+    n_out = ffi.new("int64_t *")
+    err = err_buffer()
+    while True:
+        offs = np.empty(cap, dtype=np.int64)
+        terms = np.empty(cap, dtype=np.int32)
+        with index._handle() as ix:
+            rc = lib.ig_doc_spans(ix, shard, local, ptr(ids, "uint32_t"), ptr(term_off, "int64_t"), n_terms,
+                                  ptr(offs, "int64_t"), ptr(terms, "int32_t"), cap, n_out, err, len(err))
+        if rc != lib.IG_ERR_CAPACITY or int(n_out[0]) <= cap:
+            break
+        cap = int(n_out[0])
+    check(rc, err)
+    n = int(n_out[0])
+    t = terms[:n]
+    return np.stack([offs[:n], lengths[t], clause_of[t], index_in_clause[t]], axis=1).astype(np.int64)
+
+
+def _document(index: Any, doc_id: int, cnf: Cnf, ids: np.ndarray, term_off: np.ndarray,
+              tok: Any) -> DocumentMatch:
+    doc = index.get_doc(doc_id)
+    text = tok.decode(doc.token_ids.tolist()) if tok is not None else doc.text
+    return DocumentMatch(doc_id=doc.doc_id, token_ids=doc.token_ids, metadata=doc.metadata, shard=doc.shard,
+                         text=text, spans=doc_spans(index, doc_id, cnf, ids, term_off))
