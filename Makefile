@@ -1,0 +1,79 @@
+# The two set-up commands of the README, plus helpers for working on the package.
+#
+#   make demo         .venv-demo: torch (CPU), the package; runs python -m infinigram_hf.demo
+#   make test         .venv-test: torch (CPU), the package with [test]; runs the test suite
+#   make native       rebuild the C core in place (into .venv-test's editable install)
+#   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
+#   make clean        remove build outputs and the make-created virtualenvs
+#
+# Each target creates its own virtualenv on first use and reuses it afterwards (the package is
+# reinstalled every time, which recompiles the C core). torch is pinned here, and installed
+# first, because an unpinned torch pulls gigabytes of CUDA wheels; the package itself only asks
+# for a range.
+
+PYTHON ?= python3
+TORCH_VERSION ?= 2.13.0
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+DEMO_VENV := .venv-demo
+TEST_VENV := .venv-test
+SDIST_VENV := .venv-sdist
+PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
+
+.PHONY: demo test native sdist-check clean venv-demo venv-test
+.PRECIOUS: %/.venv-ready
+
+# A venv is made once; its marker file records that pip and torch are in.
+%/.venv-ready:
+	$(PYTHON) -m venv $*
+	$*/bin/python -m pip install $(PIP_FLAGS) -q --upgrade pip
+	$*/bin/python -m pip install $(PIP_FLAGS) -q "torch==$(TORCH_VERSION)"
+	touch $@
+
+venv-demo: $(DEMO_VENV)/.venv-ready
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e .
+
+venv-test: $(TEST_VENV)/.venv-ready
+	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e ".[test]"
+
+demo: venv-demo
+	$(DEMO_VENV)/bin/python -m infinigram_hf.demo $(DEMO_ARGS)
+
+# pytest exits 5 when it collected no tests: that is a failure here, said out loud.
+test: venv-test
+	@$(TEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+native: $(TEST_VENV)/.venv-ready
+	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q "setuptools>=77" wheel "cffi>=1.16"
+	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q --no-deps --no-build-isolation -e .
+
+# Proves the C sources and headers travel in the sdist: build it, install it (compiling the core)
+# into a scratch venv, and build + query a tiny index from outside the source tree.
+sdist-check: venv-test $(SDIST_VENV)/.venv-ready
+	rm -rf dist
+	$(TEST_VENV)/bin/python -m build --outdir dist .
+	@tar tzf dist/infinigram_hf-*.tar.gz | grep -q 'native/include/infinigram.h' \
+	  && tar tzf dist/infinigram_hf-*.tar.gz | grep -q 'native/src/query.c' \
+	  || { echo "sdist-check: the C sources are missing from the sdist" >&2; exit 1; }
+	$(SDIST_VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -q -y infinigram_hf
+	$(SDIST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q dist/infinigram_hf-*.tar.gz
+	cd "$$(mktemp -d)" && $(CURDIR)/$(SDIST_VENV)/bin/python -c "$$SDIST_SMOKE" \
+	  && $(CURDIR)/$(SDIST_VENV)/bin/infinigram-hf query idx --text 'hello ' --repeat 1 > /dev/null \
+	  && echo "sdist-check: ok (installed from $$(ls $(CURDIR)/dist/*.tar.gz))"
+
+define SDIST_SMOKE
+import infinigram_hf, pathlib
+assert "site-packages" in infinigram_hf.__file__, infinigram_hf.__file__
+ix = infinigram_hf.build_index(["hello world", "hello there"], "idx", progress=False)
+assert ix.count(list(b"hello")) == 2, ix.count(list(b"hello"))
+assert ix.infgram_ntd(list(b"hello ")).as_dict() == {ord("t"): 1, ord("w"): 1}
+print("sdist-check:", ix)
+endef
+export SDIST_SMOKE
+
+clean:
+	rm -rf build dist *.egg-info infinigram_hf/_core.c infinigram_hf/_core*.so \
+	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV)
+	find . -name __pycache__ -type d -not -path './.venv*' -prune -exec rm -rf {} +
