@@ -33,6 +33,8 @@ MAX_TERMS = int(lib.IG_SEARCH_MAX_TERMS)
 MAX_CLAUSE_FREQ = 10_000_000  # the C core allows 2**26; this keeps the result buffer sane
 MAX_MAXNUM = 10_000           # documents returned with their tokens
 DEFAULT_MAX_CLAUSE_FREQ = 50_000
+_CHECKS = {"auto": int(lib.IG_SEARCH_CHECK_AUTO), "sorted": int(lib.IG_SEARCH_CHECK_SORTED),
+           "scan": int(lib.IG_SEARCH_CHECK_SCAN)}
 
 Ngram = Tuple[int, ...]
 Cnf = Tuple[Tuple[Ngram, ...], ...]
@@ -108,14 +110,14 @@ def _is_int(x: Any) -> bool:
 
 
 def _is_ngram(x: Any) -> bool:
-    """A str, a 1-D integer array / tensor, or a non-empty sequence of ints."""
+    """A str, a 1-D integer array / tensor, or a sequence of ints (empty ones are refused later)."""
     if isinstance(x, str):
         return True
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     if isinstance(x, np.ndarray):
         return x.ndim == 1 and (x.size == 0 or np.issubdtype(x.dtype, np.integer))
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_int(t) for t in x)
+    return isinstance(x, (list, tuple)) and all(_is_int(t) for t in x)
 
 
 def _ids(ngram: Any, encode: Any, where: str, vocab_size: int) -> Ngram:
@@ -195,7 +197,7 @@ def _check_int(value: Any, name: str, lo: int, hi: int) -> int:
 
 def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: int = DEFAULT_MAX_CLAUSE_FREQ,
                 max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
-                decode: Optional[bool] = None) -> SearchResult:
+                decode: Optional[bool] = None, _check: str = "auto") -> SearchResult:
     """Documents of `index` matching `query` (an n-gram, or a CNF of n-grams).
 
     Args:
@@ -209,6 +211,8 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
         seed: seeds the sampling (only used when it happens).
         tokenizer: for text queries, instead of the one saved in the index.
         decode: fill Document.text (default: when the query was given as text).
+        _check: "auto" | "sorted" | "scan": how clauses other than the rarest are checked (both
+            exact; for tests and benchmarks).
 
     Example:
         >>> res = search_docs(index, [["import os"], ["sys.argv", "argparse"]], maxnum=3)  # doctest: +SKIP
@@ -235,7 +239,10 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
     cap = max(1, min(max_clause_freq, index.num_docs))
     out = np.empty(cap, dtype=np.int64)
     n_out = ffi.new("int64_t *")
-    opts = ffi.new("ig_search_opts *", {"max_clause_freq": max_clause_freq, "max_diff_tokens": diff, "seed": seed})
+    if _check not in _CHECKS:
+        raise ValueError(f"_check must be one of {sorted(_CHECKS)}, got {_check!r}")
+    opts = ffi.new("ig_search_opts *", {"max_clause_freq": max_clause_freq, "max_diff_tokens": diff, "seed": seed,
+                                        "check": _CHECKS[_check]})
     stats = ffi.new("ig_search_stats *")
     err = err_buffer()
     with index._handle() as ix:

@@ -30,7 +30,12 @@ typedef struct {
     uint64_t max_clause_freq; /* 1 .. IG_SEARCH_MAX_CLAUSE_FREQ: anchor occurrences examined */
     int64_t max_diff_tokens;  /* -1: anywhere in the document */
     uint64_t seed;            /* for sampling the anchor when it is too frequent */
+    int check;                /* how other clauses are checked: IG_SEARCH_CHECK_* (tests, benchmarks) */
 } ig_search_opts;
+
+#define IG_SEARCH_CHECK_AUTO 0   /* by cost: sorted positions if cheaper than scanning candidates */
+#define IG_SEARCH_CHECK_SORTED 1 /* sorted positions whenever count <= max_clause_freq */
+#define IG_SEARCH_CHECK_SCAN 2   /* always scan the candidate documents */
 
 typedef struct {
     uint64_t num_matches;  /* matching documents found (all of them unless approximate) */

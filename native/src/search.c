@@ -270,6 +270,8 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     if (opts->max_clause_freq < 1 || opts->max_clause_freq > IG_SEARCH_MAX_CLAUSE_FREQ)
         return ig_fail(err, errlen, IG_ERR_ARG, "max_clause_freq must be in 1..%d, got %llu",
                        IG_SEARCH_MAX_CLAUSE_FREQ, (unsigned long long)opts->max_clause_freq);
+    if (opts->check < IG_SEARCH_CHECK_AUTO || opts->check > IG_SEARCH_CHECK_SCAN)
+        return ig_fail(err, errlen, IG_ERR_ARG, "search: unknown check mode %d", opts->check);
     if (opts->max_diff_tokens < -1)
         return ig_fail(err, errlen, IG_ERR_ARG, "max_diff_tokens must be >= 0 (or -1 for none)");
     memset(stats, 0, sizeof *stats);
@@ -335,7 +337,8 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
         if (c == anchor) {
             if (!sampled) continue;
             /* a sampled anchor is scanned: its occurrences per document weigh the estimate */
-        } else if (cl[c].count <= maxfreq && cl[c].count * 32 <= cand_len) {
+        } else if (opts->check != IG_SEARCH_CHECK_SCAN && cl[c].count <= maxfreq &&
+                   (opts->check == IG_SEARCH_CHECK_SORTED || cl[c].count * 32 <= cand_len)) {
             cl[c].mode = MODE_SORTED;
             if ((rc = materialize(ix, rng, clause_off[c], clause_off[c + 1], &cl[c]))) goto done;
             continue;
