@@ -398,10 +398,106 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ search
+
+
+def add_search(sub: Any) -> None:
+    p = sub.add_parser(
+        "search", help="find documents containing an n-gram, or a CNF of n-grams (AND of ORs)",
+        description="Prints JSON: the number of matching documents (exact, or estimated when the "
+                    "rarest clause is over --max-clause-freq) and the first --maxnum of them with "
+                    "their metadata, where the query matched, and a snippet. QUERY is text with the "
+                    "infini-gram engine's CNF syntax: 'a AND b OR c' is a AND (b OR c); each term is "
+                    "tokenized on its own, so mind leading spaces with BPE tokenizers.")
+    p.add_argument("index", help="index directory")
+    p.add_argument("query", nargs="?", help="query text, e.g. 'import os AND sys.argv OR argparse'")
+    p.add_argument("--ids", help="query as token ids instead: '1,2 OR 3 AND 4'")
+    p.add_argument("--tokenizer", metavar="NAME_OR_PATH",
+                   help="tokenizer for QUERY (default: the one saved in the index, or bytes)")
+    p.add_argument("--maxnum", type=int, default=10, help="documents shown (default 10)")
+    p.add_argument("--max-clause-freq", type=int, default=50_000,
+                   help="occurrences of the rarest clause examined before sampling (default 50000)")
+    p.add_argument("--max-diff-tokens", type=int,
+                   help="clauses must match within this many tokens of each other (default: anywhere)")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling (default 0)")
+    p.add_argument("--disp-len", type=int, default=200,
+                   help="tokens of each document shown, from a little before the first match (0 = all)")
+    p.add_argument("--all-ids", action="store_true", help="also list every matching document id found")
+    p.set_defaults(func=run_search)
+
+
+def parse_cnf(text: str, term: Callable[[str], Any]) -> List[List[Any]]:
+    """'a AND b OR c' -> [[a], [b, c]] (each term through `term`).
+
+    >>> parse_cnf("x AND y OR z", str)
+    [['x'], ['y', 'z']]
+    """
+    clauses = [[term(t) for t in clause.split(" OR ")] for clause in text.split(" AND ")]
+    for clause in clauses:
+        for t in clause:
+            if isinstance(t, str) and not t.strip() or isinstance(t, list) and not t:
+                raise CLIError(f"empty term in query {text!r} (CNF syntax: 'a AND b OR c')")
+    return clauses
+
+
+def run_search(args: argparse.Namespace) -> int:
+    if (args.query is None) == (args.ids is None):
+        raise CLIError("give the query as QUERY text or as --ids, exactly one of them")
+    if args.disp_len < 0:
+        raise CLIError(f"--disp-len must be >= 0, got {args.disp_len}")
+    index = open_index([args.index])
+    with index:
+        tok = None
+        if args.query is not None:
+            from .tokenization import encode_texts
+
+            tok = load_index_tokenizer(index, args.tokenizer)
+            cnf: List[List[Any]] = parse_cnf(args.query, lambda t: list(encode_texts(tok, [t])[0]))
+        else:
+            cnf = parse_cnf(args.ids.replace("AND", " AND ").replace("OR", " OR "), parse_ids)
+            if args.tokenizer or (Path(index.paths[0]) / "tokenizer").is_dir() or index.tokenizer_name == "bytes-utf8":
+                tok = load_index_tokenizer(index, args.tokenizer)
+        from .search import search_docs
+
+        t0 = time.perf_counter()
+        res = search_docs(index, cnf, args.maxnum, max_clause_freq=args.max_clause_freq,
+                          max_diff_tokens=args.max_diff_tokens, seed=args.seed)
+        ms = (time.perf_counter() - t0) * 1e3
+        docs = []
+        for d in res.documents:
+            first = int(d.spans[0, 0]) if len(d.spans) else 0
+            n = len(d.token_ids)
+            start = 0 if not args.disp_len else max(0, min(first - args.disp_len // 4, n - args.disp_len))
+            shown = d.token_ids[start:start + args.disp_len] if args.disp_len else d.token_ids
+            entry = {"doc_id": d.doc_id, "shard": d.shard, "length": n, "metadata": d.metadata,
+                     "spans": [{"offset": int(o), "length": int(ln), "clause": int(c), "term": int(t)}
+                               for o, ln, c, t in d.spans.tolist()],
+                     "snippet_offset": start}
+            if tok is not None:
+                entry["snippet"] = tok.decode(shown.tolist())
+            else:
+                entry["snippet_ids"] = shown.tolist()
+            docs.append(entry)
+        out = {
+            "index": [str(p) for p in index.paths],
+            "query": {"text": args.query, "cnf_ids": [[list(t) for t in c] for c in res.cnf]},
+            "count": res.count, "approximate": res.approximate, "estimate": res.estimate,
+            "found": int(res.doc_ids.size),
+            "rarest_clause": {"index": res.anchor_clause, "occurrences": res.anchor_count,
+                              "examined": res.anchor_used},
+            "latency_ms": round(ms, 3),
+            "documents": docs,
+        }
+        if args.all_ids:
+            out["doc_ids"] = res.doc_ids.tolist()
+    print_json(out)
+    return 0
+
+
 # ------------------------------------------------------------------ entry point
 
 # One registration function per subcommand; new subcommands add theirs here.
-COMMANDS: List[Callable[[Any], None]] = [add_build, add_query, add_info]
+COMMANDS: List[Callable[[Any], None]] = [add_build, add_query, add_info, add_search]
 
 # Errors that are the user's input, not a bug: one line on stderr, exit status 2.
 USER_ERRORS = (CLIError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
