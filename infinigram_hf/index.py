@@ -2,9 +2,10 @@
 results out. Opening memory-maps the files; nothing is read until a query touches it."""
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from contextlib import contextmanager
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
@@ -16,6 +17,8 @@ from .errors import IndexFormatError, InfiniGramError
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 
 if TYPE_CHECKING:
+    from .incremental import SuffixCache
+    from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
     from .difference import DifferenceIndex
     from .search import SearchResult
 
@@ -49,6 +52,34 @@ def _token(token: Any) -> np.ndarray:
     return as_ids([int(token)], "token")
 
 
+class _Query:
+    """Guard of one query (``with index._handle() as ix``): close() waits until it is done.
+
+    Lock-free on purpose (a query costs a few µs): the query registers its key *then* reads the
+    handle; close() clears the handle *then* waits for the registered keys. Both steps are
+    atomic under the GIL, so a query either sees the handle cleared (and raises) or is waited
+    for.
+    """
+
+    __slots__ = ("_owner", "_key")
+
+    def __init__(self, owner: "InfiniGramIndex"):
+        self._owner = owner
+
+    def __enter__(self) -> Any:
+        o = self._owner
+        self._key = key = next(o._seq)
+        o._running.add(key)
+        ix = o._ix
+        if ix is None:
+            o._running.discard(key)
+            raise InfiniGramError("the index is closed")
+        return ix
+
+    def __exit__(self, *exc: Any) -> None:
+        self._owner._running.discard(self._key)
+
+
 class InfiniGramIndex:
     """A read-only ∞-gram index (one or several index directories queried as one).
 
@@ -75,8 +106,9 @@ class InfiniGramIndex:
         info = ffi.new("ig_info *")
         lib.ig_get_info(self._ix, info)
         self._info = info
-        self._lock = threading.Condition()
-        self._active = 0
+        self._lock = threading.Lock()  # serializes close()
+        self._seq = itertools.count()
+        self._running: set[int] = set()  # keys of queries holding the handle (see _Query)
         self._check_against_meta()
         self._shard_docs = np.zeros(len(shard_dirs) + 1, dtype=np.int64)
         for i in range(len(shard_dirs)):
@@ -131,11 +163,11 @@ class InfiniGramIndex:
     def close(self) -> None:
         """Unmap the files; waits for queries running in other threads. Idempotent."""
         with self._lock:
-            while self._active:
-                self._lock.wait()
-            if self._ix is not None:
-                lib.ig_close(self._ix)
-                self._ix = None
+            ix, self._ix = self._ix, None  # queries starting from now raise
+            while self._running:  # queries already running finish first
+                time.sleep(0.0005)
+            if ix is not None:
+                lib.ig_close(ix)
                 for d in self._docmeta if hasattr(self, "_docmeta") else []:
                     d.close()
 
@@ -155,20 +187,9 @@ class InfiniGramIndex:
     def closed(self) -> bool:
         return self._ix is None
 
-    @contextmanager
-    def _handle(self) -> Iterator[Any]:
+    def _handle(self) -> _Query:
         """The C handle, guarded so that close() never frees it under a running query."""
-        with self._lock:
-            if self._ix is None:
-                raise InfiniGramError("the index is closed")
-            self._active += 1
-        try:
-            yield self._ix
-        finally:
-            with self._lock:
-                self._active -= 1
-                if not self._active:
-                    self._lock.notify_all()
+        return _Query(self)
 
     # ------------------------------------------------------------ properties
 
@@ -231,6 +252,16 @@ class InfiniGramIndex:
 
     def count(self, ids: Any) -> int:
         """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
+        if type(ids) is list:  # fast path (a few µs): cffi converts and range-checks the ints
+            try:
+                buf = ffi.new("uint32_t[]", ids)
+            except (OverflowError, TypeError):
+                buf = None
+            if buf is not None:
+                with _Query(self) as ix:
+                    c = lib.ig_count_fast(ix, buf, len(ids))
+                if c >= 0:
+                    return int(c)
         q = as_ids(ids)
         out = ffi.new("uint64_t *")
         err = err_buffer()
@@ -238,6 +269,12 @@ class InfiniGramIndex:
             rc = lib.ig_count(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
         check(rc, err)
         return int(out[0])
+
+    def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
+        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.batch`
+        for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
+        from .batch import count_batch
+        return count_batch(self, queries, **kw)
 
     def find(self, ids: Any) -> FindResult:
         """Suffix-array range [lo, hi) of the n-gram in every shard."""
@@ -270,6 +307,12 @@ class InfiniGramIndex:
     def infgram_prob(self, prompt: Any, token: int) -> ProbResult:
         """∞-gram P(token | prompt): backs off to the longest suffix of the prompt that occurs."""
         return self._prob(lib.ig_infgram_prob, prompt, token)
+
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
+        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
+        `infinigram_hf.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
+        from .batch import prob_batch
+        return prob_batch(self, prompts, tokens, **kw)
 
     def _ntd(self, q: np.ndarray, suffix_len: int) -> NextTokenDistribution:
         ctx = q[len(q) - suffix_len:] if suffix_len else _EMPTY
@@ -308,6 +351,18 @@ class InfiniGramIndex:
         q = as_ids(prompt, "prompt")
         return self._ntd(q, self.infgram_suffix_len(q))
 
+    def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
+        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
+        `infinigram_hf.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
+        from .batch import ntd_batch
+        return ntd_batch(self, prompts, **kw)
+
+    def suffix_cache(self, **kw: Any) -> "SuffixCache":
+        """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
+        each generated token costing about one binary search (see `infinigram_hf.incremental`)."""
+        from .incremental import SuffixCache
+        return SuffixCache(self, **kw)
+
     # ------------------------------------------------------------ dense scoring
 
     def score(self, ids: Any) -> ScoreResult:
@@ -325,6 +380,12 @@ class InfiniGramIndex:
             probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
         return ScoreResult(probs=probs, counts=num, prompt_counts=den, suffix_len=slen,
                            sparse=sparse.astype(bool))
+
+    def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
+        """Dense scoring of a batch of sequences in one C call (long ones split across threads,
+        exactly); see `infinigram_hf.batch.score_batch`."""
+        from .batch import score_batch
+        return score_batch(self, sequences, **kw)
 
     # ------------------------------------------------------------ documents
 

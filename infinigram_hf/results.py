@@ -87,3 +87,121 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
     shard: int = 0
     text: Optional[str] = None
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+@dataclass(frozen=True)
+class BatchProbResult:
+    """P(tokens[i] | prompt i) for a batch: entry i is what `infgram_prob(prompt_i, token_i)` gives.
+
+    Example:
+        >>> r = index.infgram_prob_batch([[5, 6], [7]], tokens=[8, 9])   # doctest: +SKIP
+        >>> r.probs, r[0].suffix_len                                      # doctest: +SKIP
+    """
+
+    probs: np.ndarray          # float64: count / prompt_count (0 where prompt_count is 0)
+    counts: np.ndarray         # uint64: cnt(suffix + token)
+    prompt_counts: np.ndarray  # uint64: cnt(suffix)
+    suffix_len: np.ndarray     # int64: matched context length
+    sparse: np.ndarray         # bool
+
+    @property
+    def effective_n(self) -> np.ndarray:
+        return self.suffix_len + 1
+
+    def __len__(self) -> int:
+        return len(self.probs)
+
+    def __getitem__(self, i: int) -> ProbResult:
+        return ProbResult(prob=float(self.probs[i]), count=int(self.counts[i]),
+                          prompt_count=int(self.prompt_counts[i]), suffix_len=int(self.suffix_len[i]),
+                          sparse=bool(self.sparse[i]))
+
+
+@dataclass(frozen=True)
+class BatchNextTokenDistributions:
+    """Next-token distributions of a batch as CSR arrays.
+
+    Row i holds ``token_ids[offsets[i]:offsets[i+1]]`` (increasing ids; end-of-document counted
+    under the separator id) with ``counts`` over the same slice; per row: ``total`` (count of the
+    suffix used, = the row's counts summed), ``suffix_len``, ``sparse`` (one distinct next token)
+    and ``approximate`` (sampled because ``max_support`` was given and exceeded). ``rows`` gives
+    each entry's row, ready for a scatter into a (batch, vocab) matrix.
+
+    Example:
+        >>> d = index.infgram_ntd_batch([[5, 6], [7]])                    # doctest: +SKIP
+        >>> d[0].as_dict(), d.probs[d.offsets[1]:d.offsets[2]]            # doctest: +SKIP
+    """
+
+    offsets: np.ndarray      # int64, rows + 1
+    token_ids: np.ndarray    # uint32
+    counts: np.ndarray       # uint64
+    total: np.ndarray        # uint64 per row
+    suffix_len: np.ndarray   # int64 per row
+    sparse: np.ndarray       # bool per row
+    approximate: np.ndarray  # bool per row
+
+    def __len__(self) -> int:
+        return len(self.total)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Row index of every entry (int64)."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.offsets))
+
+    @property
+    def probs(self) -> np.ndarray:
+        """counts / total of their row (float64)."""
+        tot = np.repeat(self.total, np.diff(self.offsets)).astype(np.float64)
+        return self.counts / np.maximum(tot, 1.0)
+
+    @property
+    def effective_n(self) -> np.ndarray:
+        return self.suffix_len + 1
+
+    def __getitem__(self, i: int) -> NextTokenDistribution:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"row {i} out of range for {len(self)} rows")
+        i = i % len(self)
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        tot = int(self.total[i])
+        cnts = self.counts[a:b]
+        return NextTokenDistribution(token_ids=self.token_ids[a:b], counts=cnts,
+                                     probs=cnts / tot if tot else np.zeros(b - a), total=tot,
+                                     suffix_len=int(self.suffix_len[i]), sparse=bool(self.sparse[i]),
+                                     approximate=bool(self.approximate[i]))
+
+
+@dataclass(frozen=True)
+class BatchScoreResult:
+    """Dense scoring of a batch of sequences, flat: sequence i is ``[offsets[i]:offsets[i+1]]`` of
+    every array (entry j is about token j given the earlier tokens of its own sequence).
+
+    Example:
+        >>> r = index.score_batch([[5, 6, 7], [8, 9]])                     # doctest: +SKIP
+        >>> r[1].probs, r.probs[r.offsets[1]:]                              # doctest: +SKIP
+    """
+
+    offsets: np.ndarray        # int64, sequences + 1 (into the flat arrays)
+    probs: np.ndarray          # float64
+    counts: np.ndarray         # uint64
+    prompt_counts: np.ndarray  # uint64
+    suffix_len: np.ndarray     # int64
+    sparse: np.ndarray         # bool
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def effective_n(self) -> np.ndarray:
+        return self.suffix_len + 1
+
+    def __getitem__(self, i: int) -> ScoreResult:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sequence {i} out of range for {len(self)} sequences")
+        i = i % len(self)
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return ScoreResult(probs=self.probs[a:b], counts=self.counts[a:b], prompt_counts=self.prompt_counts[a:b],
+                           suffix_len=self.suffix_len[a:b], sparse=self.sparse[a:b])

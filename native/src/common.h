@@ -33,6 +33,11 @@ typedef struct {
     int64_t total_len, num_tokens, num_docs, n_uni;
     int sa_width;
     uint64_t sa_mask;
+    /* optional ntdcache.bin: precomputed distributions of short contexts (ntd_cache.h) */
+    ig_map ntc_map;
+    const int64_t *ntc_rec;  /* ntc_n records {depth, lo, hi, first entry} */
+    const uint32_t *ntc_ent; /* ntc_entries (token, count) pairs */
+    int64_t ntc_n, ntc_entries;
 } ig_shard;
 
 struct ig_index {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "ntd_cache.h"
 
 static int map_file(ig_map *m, const char *dir, const char *name, char *err, size_t errlen) {
     char path[4096];
@@ -68,6 +69,7 @@ static void close_shard(ig_shard *s) {
     unmap_file(&s->uni_map);
     free(s->uni_start);
     s->uni_start = NULL;
+    ig_ntc_close(s);
 }
 
 static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *vocab, char *err,
@@ -141,7 +143,7 @@ static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *
             if (j < s->n_uni && s->uni[2 * j] == v) acc += (int64_t)s->uni[2 * j++ + 1];
         }
     }
-    return IG_OK;
+    return ig_ntc_open(s, dir, *token_width, *vocab, err, errlen); /* optional file */
 }
 
 int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err, size_t errlen) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "query_internal.h"
+#include "ntd_cache.h"
 
 /* ---------------------------------------------------------------- argument checks */
 
@@ -191,6 +192,28 @@ int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *to
             if (n < cap) { toks[n] = (uint32_t)s->uni[2 * j]; cnts[n] = s->uni[2 * j + 1]; }
         return n;
     }
+    if (d >= 1 && d <= IG_NTC_MAX_DEPTH && s->ntc_n) { /* precomputed at build time? */
+        int64_t m;
+        const uint32_t *e = ig_ntc_find(s, d, r, &m);
+        if (e) {
+            for (int64_t j = 0; j < m && j < cap; j++) { toks[j] = e[2 * j]; cnts[j] = e[2 * j + 1]; }
+            return m;
+        }
+    }
+    if (r.hi - r.lo <= 4 * IG_SCAN_MAX) { /* short: read every token (independent loads) */
+        uint32_t prev = 0;
+        for (; i < r.hi; i++) {
+            uint32_t t = tok_rank(s, w, i, d);
+            if (n > 0 && t == prev) {
+                if (n <= cap) cnts[n - 1]++;
+                continue;
+            }
+            if (n < cap) { toks[n] = t; cnts[n] = 1; }
+            n++;
+            prev = t;
+        }
+        return n;
+    }
     while (i < r.hi) {
         uint32_t t = tok_rank(s, w, i, d);
         int64_t step = 1, last = i; /* last rank known to hold t */
@@ -368,8 +391,9 @@ void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_
     uint64_t num = 0, den = 0;
     for (int i = 0; i < ix->n_shards; i++) {
         den += (uint64_t)(rs[i].hi - rs[i].lo);
-        next[i] = rs[i].hi > rs[i].lo ? narrow1(&ix->shards[i], ix->token_width, rs[i], d, token)
-                                      : rs[i];
+        const ig_shard *s = &ix->shards[i];
+        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, token);
+        else next[i] = rs[i].hi > rs[i].lo ? narrow1(s, ix->token_width, rs[i], d, token) : rs[i];
         num += (uint64_t)(next[i].hi - next[i].lo);
     }
     out->count = num;
@@ -405,16 +429,15 @@ int ig_ngram_prob(const ig_index *ix, const uint32_t *prompt, int64_t len, uint3
 
 /* ---------------------------------------------------------------- dense scoring */
 
-int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, uint64_t *den,
-             int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
-    int rc = check_ids(ix, ids, n, "score", err, errlen);
-    if (rc) return rc;
-    ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    ig_range *cur = sc.a, *next = sc.b, *tmp = sc.c;
-    int64_t l = 0;
-    find_all(ix, ids, 0, cur);
-    for (int64_t i = 0; i < n; i++) {
+/* Dense scoring of ids[begin..end) with all of ids[0..begin) as context (outputs are indexed
+   like ids). The state starts at the longest suffix of ids[0..begin) and is extended token by
+   token: one narrowing while the match grows, a backoff search bounded by the current length
+   when it does not. Scoring a sequence in pieces gives exactly the same numbers. */
+void score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
+                uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc) {
+    ig_range *cur = sc->a, *next = sc->b, *tmp = sc->c;
+    int64_t l = longest_suffix(ix, ids, begin, begin, cur, tmp);
+    for (int64_t i = begin; i < end; i++) {
         ig_prob p;
         prob_from_ranges(ix, cur, l, ids[i], next, &p);
         num[i] = p.count;
@@ -424,10 +447,19 @@ int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, 
         if (p.count > 0) { /* the context grows by one token: its range is `next` */
             ig_range *t = cur; cur = next; next = t;
             l++;
-        } else if (i + 1 < n) { /* back off: the new suffix is at most l long */
+        } else if (i + 1 < end) { /* back off: the new suffix is at most l long */
             l = longest_suffix(ix, ids, i + 1, l, cur, tmp);
         }
     }
+}
+
+int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, uint64_t *den,
+             int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
+    int rc = check_ids(ix, ids, n, "score", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    score_span(ix, ids, 0, n, num, den, suffix_len, sparse, &sc);
     scratch_free(&sc);
     return IG_OK;
 }

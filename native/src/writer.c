@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "infinigram_batch.h"
+#include "ntd_cache.h"
 #include "sais.h"
 
 struct ig_writer {
@@ -18,6 +20,7 @@ struct ig_writer {
     uint64_t *docs; /* document start offsets */
     int64_t n_docs, docs_cap;
     int finished;
+    int64_t ntc_min_cost; /* ntdcache.bin threshold (0 = do not write it) */
 };
 
 int64_t ig_writer_peak_bytes(int64_t total_len, int token_width) {
@@ -42,6 +45,7 @@ int ig_writer_new(ig_writer **out, const char *dir, int token_width, uint32_t vo
     w->width = token_width;
     w->vocab_size = vocab_size;
     w->sep = sep;
+    w->ntc_min_cost = IG_NTC_DEFAULT_MIN_COST;
     *out = w;
     return IG_OK;
 }
@@ -52,6 +56,12 @@ void ig_writer_free(ig_writer *w) {
     free(w->tokens);
     free(w->docs);
     free(w);
+}
+
+int ig_writer_set_ntd_cache(ig_writer *w, int64_t min_cost) {
+    if (!w || w->finished) return IG_ERR_ARG;
+    w->ntc_min_cost = min_cost > 0 ? min_cost : 0;
+    return IG_OK;
 }
 
 int64_t ig_writer_total_len(const ig_writer *w) { return w ? w->len : 0; }
@@ -251,6 +261,10 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
         rc = write_unigram(&o, w, sa, n_tok);
         int rc2 = out_close(&o);
         if (!rc) rc = rc2;
+    }
+    if (!rc && w->ntc_min_cost > 0) {
+        ig_shard view = {.tokens = w->tokens, .total_len = w->len};
+        rc = ig_ntc_write(&view, w->width, sa, n_tok, w->ntc_min_cost, w->dir, err, errlen);
     }
     free(sa);
     if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "tokens.bin", err, errlen))) {

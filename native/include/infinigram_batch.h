@@ -1,0 +1,121 @@
+/* infinigram_batch.h - batched queries, decoding states and fast single calls.
+ *
+ * Batches. Query i of a batch is values[offsets[i] .. offsets[i+1]): `offsets` has n + 1
+ * non-decreasing entries inside [0, n_values] (a ragged batch: one flat array plus offsets, as
+ * numpy holds it). The loop over queries runs in C, spread over `n_threads` threads
+ * (0 = automatic: as many as the CPUs this process may run on, fewer for small batches;
+ * 1 = the calling thread only; k > 1 = up to k threads). Every id is checked before any work
+ * starts; the message names the query and the position of a bad one. Results are identical
+ * whatever the number of threads.
+ *
+ * Decoding states. A state is the longest suffix of a context that occurs in the corpus, held
+ * as ig_state_size(ix) int64 values:
+ *     [suffix_len, count, lo_0, hi_0, lo_1, hi_1, ...]   (suffix-array range per shard)
+ * It is plain data: copy it, cache it by context, drop it. Extending a state by one token costs
+ * one narrowing of its ranges while the match grows, and a backoff search when it does not, so a
+ * decoding step costs about one binary search. A state depends only on its context, never on
+ * earlier calls, so rolling a context back (rejected drafts, beam reordering) only means using
+ * the state of the shorter context again.
+ */
+#ifndef INFINIGRAM_BATCH_H
+#define INFINIGRAM_BATCH_H
+
+#include "infinigram.h"
+
+/* ------------------------------------------------------------------ fast single calls */
+
+/* count of q, or a negative IG_ERR_* code (call ig_count for the message). No output buffers:
+   the cheapest call from Python. */
+int64_t ig_count_fast(const ig_index *ix, const uint32_t *q, int64_t len);
+
+/* ------------------------------------------------------------------ batches */
+
+int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                   const int64_t *offsets, int64_t n, uint64_t *counts, int n_threads, char *err,
+                   size_t errlen);
+
+/* P(tokens[i] | query i): ∞-gram (backoff to the longest occurring suffix) when infinite != 0,
+   else fixed n = len + 1. Outputs have n entries; sparse may be NULL. */
+int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                  const int64_t *offsets, int64_t n, const uint32_t *tokens, int infinite,
+                  uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len, uint8_t *sparse,
+                  int n_threads, char *err, size_t errlen);
+
+/* Dense scoring of every query: outputs are aligned with `values` (n_values entries); entry j
+   of query i (j in offsets[i] .. offsets[i+1]) is about values[j] given the query's earlier
+   tokens. Entries outside [offsets[0], offsets[n]) are left untouched. Long queries are split
+   into pieces scored in parallel (each piece starts from the exact state at its start). */
+int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                   const int64_t *offsets, int64_t n, uint64_t *num, uint64_t *den,
+                   int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err, size_t errlen);
+
+/* Next-token distributions of a batch, computed and held in C until copied out: run, then
+   size the outputs from ig_ntd_batch_entries, copy, free. Nothing is ever computed twice and
+   no buffer can overflow.
+   mode: IG_NTD_INFGRAM (longest occurring suffix of each query), IG_NTD_NGRAM (the whole query).
+   max_support: 0 = exact. Otherwise a context with more than max_support occurrences that is
+   not precomputed is sampled at a fixed stride (counts are estimates that still add up to the
+   total) and its row is flagged approximate. */
+typedef struct ig_ntd_batch ig_ntd_batch;
+#define IG_NTD_NGRAM 0
+#define IG_NTD_INFGRAM 1
+int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                     const int64_t *offsets, int64_t n, int mode, int64_t max_support,
+                     int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
+/* The same for n decoding states (n * ig_state_size(ix) values). */
+int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
+                        int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
+int64_t ig_ntd_batch_rows(const ig_ntd_batch *b);
+int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
+/* Rows as CSR: row i's distinct next tokens (increasing ids) and counts are
+   tokens/counts[row_offsets[i] .. row_offsets[i+1]) (row_offsets: rows + 1 entries). Per row:
+   the suffix length used, total = count of that suffix, sparse (exactly one distinct next
+   token), approximate (sampled). Any per-row output may be NULL. IG_ERR_CAPACITY when cap is
+   below ig_ntd_batch_entries. */
+int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tokens,
+                      uint64_t *counts, int64_t cap, int64_t *suffix_len, uint64_t *total,
+                      uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen);
+void ig_ntd_batch_free(ig_ntd_batch *b);
+
+/* One call over caller buffers: as run + copy + free. When cap is too small it returns
+   IG_ERR_CAPACITY with *needed set (row_offsets and the per-row outputs are filled anyway), so a
+   caller may retry with exactly that capacity. */
+int ig_infgram_ntd_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                         const int64_t *offsets, int64_t n, int64_t max_support, int n_threads,
+                         int64_t *row_offsets, uint32_t *tokens, uint64_t *counts, int64_t cap,
+                         int64_t *needed, int64_t *suffix_len, uint64_t *total, uint8_t *sparse,
+                         uint8_t *approximate, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ decoding states */
+
+/* int64 values per state: 2 + 2 * number of shards. */
+int64_t ig_state_size(const ig_index *ix);
+/* State of ctx[0..len) (the empty context gives suffix_len 0 and the whole corpus). */
+int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err,
+                  size_t errlen);
+/* State of ctx[0..len) from `state`, that of ctx[0..len-1) (len >= 1). ctx may be any tail of
+   the context that holds at least suffix_len + 1 tokens. out may alias state. */
+int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len,
+                    int64_t *out, char *err, size_t errlen);
+/* P_∞(token | context) from the context's state. */
+int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out,
+                  char *err, size_t errlen);
+/* Batched forms: n states (n * ig_state_size values); extension i appends the last token of
+   values[offsets[i] .. offsets[i+1]) (a tail of context i, as for ig_state_extend). */
+int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint32_t *values,
+                          int64_t n_values, const int64_t *offsets, int64_t n, int64_t *out,
+                          int n_threads, char *err, size_t errlen);
+int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *tokens,
+                        uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len,
+                        uint8_t *sparse, int n_threads, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ build option */
+
+/* Precompute the next-token distributions of 1- to 3-token contexts whose walk would take
+   about min_cost suffix-array probes or more (file ntdcache.bin; default 2048; 0 = none). */
+int ig_writer_set_ntd_cache(ig_writer *w, int64_t min_cost);
+
+/* Threads an automatic n_threads = 0 would use at most (CPUs this process may run on). */
+int ig_cpu_count(void);
+
+#endif /* INFINIGRAM_BATCH_H */

@@ -1,0 +1,206 @@
+/* batch.c - batched queries (loop in C, spread over threads) and single-call fast paths.
+ *
+ * Every batch call checks all of its input first (offsets, ids), then hands the queries out to
+ * worker threads (parallel.c). Workers only read the index and write their own output slots,
+ * so the results do not depend on the number of threads or on the order of work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "infinigram_batch.h"
+#include "ntd_batch.h"
+#include "parallel.h"
+#include "query_internal.h"
+
+/* ---------------------------------------------------------------- checks */
+
+/* Offsets inside [0, n_values] and non-decreasing, and every id of the batch a valid token. */
+int check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                int64_t n, const char *what, char *err, size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "%s: negative number of queries %lld", what, (long long)n);
+    if (n == 0) return IG_OK;
+    if (!offsets) return ig_fail(err, errlen, IG_ERR_ARG, "%s: NULL offsets", what);
+    if (n_values < 0 || (n_values > 0 && !values)) return ig_fail(err, errlen, IG_ERR_ARG, "%s: NULL or negative-length values", what);
+    if (offsets[0] < 0 || offsets[0] > n_values)
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: offsets[0] = %lld is outside the %lld values", what,
+                       (long long)offsets[0], (long long)n_values);
+    for (int64_t i = 0; i < n; i++)
+        if (offsets[i + 1] < offsets[i] || offsets[i + 1] > n_values)
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: offsets[%lld] = %lld is not within [offsets[%lld] = %lld, %lld]",
+                           what, (long long)(i + 1), (long long)offsets[i + 1], (long long)i, (long long)offsets[i],
+                           (long long)n_values);
+    uint32_t v = ix->vocab_size;
+    for (int64_t j = offsets[0]; j < offsets[n]; j++) {
+        if (values[j] < v) continue;
+        int64_t row = 0; /* name the query holding it: the last row starting at or before j */
+        for (int64_t a = 0, b = n; a < b;) {
+            int64_t mid = a + (b - a) / 2;
+            if (offsets[mid] <= j && (offsets[mid + 1] > j)) { row = mid; break; }
+            if (offsets[mid + 1] <= j) a = mid + 1; else b = mid;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "%s[%lld]", what, (long long)row);
+        return check_ids(ix, values + offsets[row], offsets[row + 1] - offsets[row], name, err, errlen);
+    }
+    return IG_OK;
+}
+
+/* ---------------------------------------------------------------- counting */
+
+int64_t ig_count_fast(const ig_index *ix, const uint32_t *q, int64_t len) {
+    if (!ix || len < 0 || (len > 0 && !q)) return IG_ERR_ARG;
+    for (int64_t i = 0; i < len; i++)
+        if (q[i] >= ix->vocab_size) return IG_ERR_ARG;
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        c += (uint64_t)(r.hi - r.lo);
+    }
+    return (int64_t)c;
+}
+
+typedef struct {
+    const ig_index *ix;
+    const uint32_t *values;
+    const int64_t *offsets;
+    uint64_t *counts;
+} count_job;
+
+static int count_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    count_job *j = ctx;
+    (void)tid;
+    for (int64_t i = begin; i < end; i++) {
+        uint64_t c = 0;
+        const uint32_t *q = j->values + j->offsets[i];
+        int64_t len = j->offsets[i + 1] - j->offsets[i];
+        for (int s = 0; s < j->ix->n_shards; s++) {
+            ig_range r = find_in_shard(&j->ix->shards[s], j->ix->token_width, q, len);
+            c += (uint64_t)(r.hi - r.lo);
+        }
+        j->counts[i] = c;
+    }
+    return 0;
+}
+
+int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                   int64_t n, uint64_t *counts, int n_threads, char *err, size_t errlen) {
+    int rc = check_batch(ix, values, n_values, offsets, n, "queries", err, errlen);
+    if (rc || n == 0) return rc;
+    if (!counts) return ig_fail(err, errlen, IG_ERR_ARG, "counts: NULL output");
+    count_job j = {ix, values, offsets, counts};
+    return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 512), 64, count_work, &j);
+}
+
+/* ---------------------------------------------------------------- probabilities */
+
+typedef struct {
+    const ig_index *ix;
+    const uint32_t *values, *tokens;
+    const int64_t *offsets;
+    int infinite;
+    uint64_t *count, *prompt_count;
+    int64_t *suffix_len;
+    uint8_t *sparse;
+} prob_job;
+
+static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    prob_job *j = ctx;
+    (void)tid;
+    ig_scratch sc;
+    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    for (int64_t i = begin; i < end; i++) {
+        const uint32_t *q = j->values + j->offsets[i];
+        int64_t len = j->offsets[i + 1] - j->offsets[i], d = len;
+        if (j->infinite) d = longest_suffix(j->ix, q, len, len, sc.a, sc.b);
+        else find_all(j->ix, q, len, sc.a);
+        ig_prob p;
+        prob_from_ranges(j->ix, sc.a, d, j->tokens[i], sc.c, &p);
+        j->count[i] = p.count;
+        j->prompt_count[i] = p.prompt_count;
+        j->suffix_len[i] = p.suffix_len;
+        if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
+    }
+    scratch_free(&sc);
+    return 0;
+}
+
+int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                  int64_t n, const uint32_t *tokens, int infinite, uint64_t *count, uint64_t *prompt_count,
+                  int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err, size_t errlen) {
+    int rc = check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
+    if (rc || n == 0) return rc;
+    if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
+    if ((rc = check_ids(ix, tokens, n, "tokens", err, errlen))) return rc;
+    prob_job j = {ix, values, tokens, offsets, infinite, count, prompt_count, suffix_len, sparse};
+    return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
+}
+
+/* ---------------------------------------------------------------- dense scoring */
+
+/* Long sequences are cut into pieces of this many tokens when several threads share them. */
+#define IG_SCORE_PIECE 8192
+
+typedef struct {
+    const ig_index *ix;
+    const uint32_t *values;
+    const int64_t *offsets;
+    const int64_t *piece_row, *piece_begin; /* per piece: its row and first token (absolute) */
+    int64_t n_pieces;
+    uint64_t *num, *den;
+    int64_t *suffix_len;
+    uint8_t *sparse;
+} score_job;
+
+static int score_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    score_job *j = ctx;
+    (void)tid;
+    ig_scratch sc;
+    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t row = j->piece_row[p], start = j->offsets[row];
+        int64_t stop = p + 1 < j->n_pieces && j->piece_row[p + 1] == row ? j->piece_begin[p + 1] : j->offsets[row + 1];
+        score_span(j->ix, j->values + start, j->piece_begin[p] - start, stop - start, j->num + start,
+                   j->den + start, j->suffix_len + start, j->sparse ? j->sparse + start : NULL, &sc);
+    }
+    scratch_free(&sc);
+    return 0;
+}
+
+int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                   int64_t n, uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse,
+                   int n_threads, char *err, size_t errlen) {
+    int rc = check_batch(ix, values, n_values, offsets, n, "sequences", err, errlen);
+    if (rc || n == 0) return rc;
+    if (!num || !den || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    int64_t tokens = offsets[n] - offsets[0];
+    int threads = ig_resolve_threads(n_threads, tokens / 1024 + 1, 4);
+    /* One piece per row, or per IG_SCORE_PIECE tokens of a row when threads share the work. */
+    int64_t n_pieces = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = offsets[i + 1] - offsets[i];
+        n_pieces += threads > 1 && len > IG_SCORE_PIECE ? (len + IG_SCORE_PIECE - 1) / IG_SCORE_PIECE : 1;
+    }
+    int64_t *piece_row = malloc((size_t)n_pieces * sizeof(int64_t));
+    int64_t *piece_begin = malloc((size_t)n_pieces * sizeof(int64_t));
+    if (!piece_row || !piece_begin) {
+        free(piece_row);
+        free(piece_begin);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = offsets[i + 1] - offsets[i];
+        int64_t step = threads > 1 && len > IG_SCORE_PIECE ? IG_SCORE_PIECE : (len > 0 ? len : 1);
+        for (int64_t b = 0; b < len || (b == 0 && len == 0); b += step) {
+            piece_row[k] = i;
+            piece_begin[k++] = offsets[i] + b;
+            if (len == 0) break;
+        }
+    }
+    score_job j = {ix, values, offsets, piece_row, piece_begin, k, num, den, suffix_len, sparse};
+    rc = ig_parallel_for(k, ig_resolve_threads(threads, k, 1), 1, score_work, &j);
+    free(piece_row);
+    free(piece_begin);
+    return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
+}

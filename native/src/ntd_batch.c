@@ -1,0 +1,312 @@
+/* ntd_batch.c - next-token distributions of a whole batch, held in C until copied out.
+ *
+ * Each worker thread appends its rows' (token, count) lists to its own growable store and
+ * records where each row landed; copying gathers the rows in order into the caller's CSR
+ * arrays. Sizes are known before the caller allocates, so no buffer is ever too small and no
+ * row is computed twice.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "infinigram_batch.h"
+#include "ntd_batch.h"
+#include "ntd_cache.h"
+#include "parallel.h"
+
+typedef struct {
+    uint32_t *tok;
+    uint64_t *cnt;
+    int64_t n, cap;
+} tc_buf;
+
+static int tc_reserve(tc_buf *b, int64_t need) {
+    if (need <= b->cap) return 0;
+    int64_t c = b->cap ? b->cap : 1024;
+    while (c < need) c *= 2;
+    uint32_t *t = realloc(b->tok, (size_t)c * sizeof *t);
+    if (!t) return IG_ERR_NOMEM;
+    b->tok = t;
+    uint64_t *n = realloc(b->cnt, (size_t)c * sizeof *n);
+    if (!n) return IG_ERR_NOMEM;
+    b->cnt = n;
+    b->cap = c;
+    return 0;
+}
+
+static void tc_free(tc_buf *b) {
+    free(b->tok);
+    free(b->cnt);
+    b->tok = NULL;
+    b->cnt = NULL;
+    b->n = b->cap = 0;
+}
+
+typedef struct {
+    int64_t start, n, suffix_len;
+    uint64_t total;
+    int32_t tid;
+    uint8_t sparse, approximate;
+} ntd_row;
+
+struct ig_ntd_batch {
+    int64_t rows, entries;
+    int n_threads;
+    ntd_row *row;
+    tc_buf *store; /* one per thread */
+};
+
+/* ---------------------------------------------------------------- one context */
+
+/* Is the exact distribution of r at depth d available without a walk? */
+static int stored_exactly(const ig_shard *s, ig_range r, int64_t d) {
+    int64_t m;
+    if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) return 1;
+    return d >= 1 && d <= IG_NTC_MAX_DEPTH && s->ntc_n && ig_ntc_find(s, d, r, &m) != NULL;
+}
+
+/* Append shard s's distribution of r at depth d to dst: exact, or sampled every `stride` ranks
+   (each sample standing for the ranks up to the next one) when stride > 0. Sets *approx. */
+static int walk_into(const ig_index *ix, const ig_shard *s, ig_range r, int64_t d, int64_t stride, tc_buf *dst,
+                     int *approx) {
+    int w = ix->token_width;
+    if (r.hi <= r.lo) return 0;
+    if (stride > 1 && !stored_exactly(s, r, d)) {
+        *approx = 1;
+        if (tc_reserve(dst, dst->n + (r.hi - r.lo + stride - 1) / stride)) return IG_ERR_NOMEM;
+        for (int64_t k = r.lo; k < r.hi; k += stride) {
+            uint32_t t = tok_rank(s, w, k, d);
+            uint64_t weight = (uint64_t)(k + stride <= r.hi ? stride : r.hi - k);
+            if (dst->n && dst->tok[dst->n - 1] == t) dst->cnt[dst->n - 1] += weight;
+            else { dst->tok[dst->n] = t; dst->cnt[dst->n++] = weight; }
+        }
+        return 0;
+    }
+    int64_t cap = r.hi - r.lo; /* every distinct token takes at least one rank */
+    if (cap > (int64_t)ix->vocab_size + 1) cap = (int64_t)ix->vocab_size + 1;
+    if (tc_reserve(dst, dst->n + cap)) return IG_ERR_NOMEM;
+    int64_t m = walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, cap);
+    if (m > cap) { /* only a corrupt token array holds ids beyond the vocabulary */
+        if (tc_reserve(dst, dst->n + m)) return IG_ERR_NOMEM;
+        m = walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, m);
+    }
+    dst->n += m;
+    return 0;
+}
+
+/* Merge sorted lists a and b (summing equal tokens) into out (overwritten). */
+static int merge_tc(const tc_buf *a, const tc_buf *b, tc_buf *out) {
+    if (tc_reserve(out, a->n + b->n)) return IG_ERR_NOMEM;
+    int64_t i = 0, j = 0, n = 0;
+    while (i < a->n || j < b->n) {
+        if (j >= b->n || (i < a->n && a->tok[i] < b->tok[j])) { out->tok[n] = a->tok[i]; out->cnt[n++] = a->cnt[i++]; }
+        else if (i >= a->n || b->tok[j] < a->tok[i]) { out->tok[n] = b->tok[j]; out->cnt[n++] = b->cnt[j++]; }
+        else { out->tok[n] = a->tok[i]; out->cnt[n++] = a->cnt[i++] + b->cnt[j++]; }
+    }
+    out->n = n;
+    return 0;
+}
+
+typedef struct {
+    tc_buf one, acc, tmp;
+} ntd_scratch;
+
+/* Append the distribution of the context with per-shard ranges rs at depth d to out. */
+static int collect_ntd(const ig_index *ix, const ig_range *rs, int64_t d, uint64_t total, int64_t max_support,
+                       tc_buf *out, ntd_scratch *sc, int *approx) {
+    int64_t stride = max_support > 0 && total > (uint64_t)max_support
+                         ? (int64_t)((total + (uint64_t)max_support - 1) / (uint64_t)max_support) : 0;
+    *approx = 0;
+    if (ix->n_shards == 1) return walk_into(ix, &ix->shards[0], rs[0], d, stride, out, approx);
+    sc->acc.n = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        if (rs[i].hi <= rs[i].lo) continue;
+        sc->one.n = 0;
+        int rc = walk_into(ix, &ix->shards[i], rs[i], d, stride, &sc->one, approx);
+        if (!rc) rc = merge_tc(&sc->acc, &sc->one, &sc->tmp);
+        if (rc) return rc;
+        tc_buf t = sc->acc;
+        sc->acc = sc->tmp;
+        sc->tmp = t;
+    }
+    if (tc_reserve(out, out->n + sc->acc.n)) return IG_ERR_NOMEM;
+    memcpy(out->tok + out->n, sc->acc.tok, (size_t)sc->acc.n * sizeof *out->tok);
+    memcpy(out->cnt + out->n, sc->acc.cnt, (size_t)sc->acc.n * sizeof *out->cnt);
+    out->n += sc->acc.n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the batch */
+
+typedef struct {
+    const ig_index *ix;
+    const uint32_t *values;
+    const int64_t *offsets;
+    const int64_t *states; /* state mode when not NULL */
+    int mode;
+    int64_t max_support;
+    ig_ntd_batch *b;
+    ntd_scratch *sc; /* per thread */
+} ntd_job;
+
+static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    ntd_job *j = ctx;
+    const ig_index *ix = j->ix;
+    ig_scratch rs;
+    if (scratch_init(&rs, ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    int rc = 0;
+    tc_buf *store = &j->b->store[tid];
+    for (int64_t i = begin; i < end && !rc; i++) {
+        int64_t d;
+        if (j->states) {
+            d = state_load(ix, j->states + i * ig_state_size(ix), rs.a, "states", NULL, 0);
+        } else {
+            const uint32_t *q = j->values + j->offsets[i];
+            int64_t len = j->offsets[i + 1] - j->offsets[i];
+            if (j->mode == IG_NTD_INFGRAM) {
+                d = longest_suffix(ix, q, len, len, rs.a, rs.b);
+            } else {
+                find_all(ix, q, len, rs.a);
+                d = len;
+            }
+        }
+        uint64_t total = 0;
+        for (int s = 0; s < ix->n_shards; s++) total += (uint64_t)(rs.a[s].hi - rs.a[s].lo);
+        ntd_row *row = &j->b->row[i];
+        row->start = store->n;
+        int approx = 0;
+        rc = collect_ntd(ix, rs.a, d, total, j->max_support, store, &j->sc[tid], &approx);
+        row->n = store->n - row->start;
+        row->suffix_len = d;
+        row->total = total;
+        row->tid = tid;
+        row->sparse = row->n == 1;
+        row->approximate = (uint8_t)approx;
+    }
+    scratch_free(&rs);
+    return rc;
+}
+
+void ig_ntd_batch_free(ig_ntd_batch *b) {
+    if (!b) return;
+    for (int t = 0; t < b->n_threads; t++) tc_free(&b->store[t]);
+    free(b->store);
+    free(b->row);
+    free(b);
+}
+
+static int run_job(ntd_job *j, int64_t n, int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
+    int threads = ig_resolve_threads(n_threads, n, 2);
+    ig_ntd_batch *b = calloc(1, sizeof *b);
+    ntd_scratch *sc = calloc((size_t)threads, sizeof *sc);
+    if (b) {
+        b->rows = n;
+        b->n_threads = threads;
+        b->row = calloc((size_t)(n > 0 ? n : 1), sizeof *b->row);
+        b->store = calloc((size_t)threads, sizeof *b->store);
+    }
+    if (!b || !sc || !b->row || !b->store) {
+        free(sc);
+        if (b && !b->store) b->n_threads = 0;
+        ig_ntd_batch_free(b);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    j->b = b;
+    j->sc = sc;
+    int rc = ig_parallel_for(n, threads, 1, ntd_work, j);
+    for (int t = 0; t < threads; t++) {
+        tc_free(&sc[t].one);
+        tc_free(&sc[t].acc);
+        tc_free(&sc[t].tmp);
+    }
+    free(sc);
+    if (rc) {
+        ig_ntd_batch_free(b);
+        return ig_fail(err, errlen, rc, "out of memory collecting next-token distributions");
+    }
+    for (int64_t i = 0; i < n; i++) b->entries += b->row[i].n;
+    *out = b;
+    return IG_OK;
+}
+
+int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                     int64_t n, int mode, int64_t max_support, int n_threads, ig_ntd_batch **out, char *err,
+                     size_t errlen) {
+    if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
+    *out = NULL;
+    if (mode != IG_NTD_NGRAM && mode != IG_NTD_INFGRAM) return ig_fail(err, errlen, IG_ERR_ARG, "mode must be IG_NTD_NGRAM or IG_NTD_INFGRAM, not %d", mode);
+    if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
+    int rc = check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
+    if (rc) return rc;
+    ntd_job j = {ix, values, offsets, NULL, mode, max_support, NULL, NULL};
+    return run_job(&j, n, n_threads, out, err, errlen);
+}
+
+int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support, int n_threads,
+                        ig_ntd_batch **out, char *err, size_t errlen) {
+    if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
+    *out = NULL;
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (n < 0 || (n > 0 && !states)) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL or negative count");
+    if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
+    ig_scratch rs;
+    int rc = scratch_init(&rs, ix->n_shards, err, errlen);
+    if (rc) return rc;
+    int64_t size = ig_state_size(ix);
+    for (int64_t i = 0; i < n && !rc; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "states[%lld]", (long long)i);
+        int64_t d = state_load(ix, states + i * size, rs.a, name, err, errlen);
+        if (d < 0) rc = (int)d;
+    }
+    scratch_free(&rs);
+    if (rc) return rc;
+    ntd_job j = {ix, NULL, NULL, states, IG_NTD_INFGRAM, max_support, NULL, NULL};
+    return run_job(&j, n, n_threads, out, err, errlen);
+}
+
+int64_t ig_ntd_batch_rows(const ig_ntd_batch *b) { return b ? b->rows : 0; }
+int64_t ig_ntd_batch_entries(const ig_ntd_batch *b) { return b ? b->entries : 0; }
+
+int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tokens, uint64_t *counts, int64_t cap,
+                      int64_t *suffix_len, uint64_t *total, uint8_t *sparse, uint8_t *approximate, char *err,
+                      size_t errlen) {
+    if (!b) return ig_fail(err, errlen, IG_ERR_ARG, "NULL batch");
+    int64_t acc = 0;
+    for (int64_t i = 0; i < b->rows; i++) {
+        const ntd_row *r = &b->row[i];
+        if (row_offsets) row_offsets[i] = acc;
+        if (suffix_len) suffix_len[i] = r->suffix_len;
+        if (total) total[i] = r->total;
+        if (sparse) sparse[i] = r->sparse;
+        if (approximate) approximate[i] = r->approximate;
+        acc += r->n;
+    }
+    if (row_offsets) row_offsets[b->rows] = acc;
+    if (b->entries > cap)
+        return ig_fail(err, errlen, IG_ERR_CAPACITY, "need room for %lld entries, got %lld", (long long)b->entries,
+                       (long long)cap);
+    if (b->entries && (!tokens || !counts)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or counts");
+    acc = 0;
+    for (int64_t i = 0; i < b->rows; i++) {
+        const ntd_row *r = &b->row[i];
+        const tc_buf *s = &b->store[r->tid];
+        memcpy(tokens + acc, s->tok + r->start, (size_t)r->n * sizeof *tokens);
+        memcpy(counts + acc, s->cnt + r->start, (size_t)r->n * sizeof *counts);
+        acc += r->n;
+    }
+    return IG_OK;
+}
+
+int ig_infgram_ntd_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                         int64_t n, int64_t max_support, int n_threads, int64_t *row_offsets, uint32_t *tokens,
+                         uint64_t *counts, int64_t cap, int64_t *needed, int64_t *suffix_len, uint64_t *total,
+                         uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen) {
+    ig_ntd_batch *b = NULL;
+    int rc = ig_ntd_batch_run(ix, values, n_values, offsets, n, IG_NTD_INFGRAM, max_support, n_threads, &b, err,
+                              errlen);
+    if (rc) return rc;
+    if (needed) *needed = b->entries;
+    rc = ig_ntd_batch_copy(b, row_offsets, tokens, counts, cap, suffix_len, total, sparse, approximate, err, errlen);
+    ig_ntd_batch_free(b);
+    return rc;
+}

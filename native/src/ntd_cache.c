@@ -1,0 +1,255 @@
+/* ntd_cache.c - build, map and look up precomputed next-token distributions (see ntd_cache.h).
+ *
+ * Building is one sequential pass over the suffix array: ranks are sorted by their first tokens,
+ * so for each depth k in 1..3 the ranks of a k-token context are one block and, inside it, the
+ * next tokens come in increasing runs. Each block's runs are collected; the block is kept when
+ * walking it at query time would be expensive.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ntd_cache.h"
+
+int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct) {
+    if (distinct <= 0 || n <= 0) return 0;
+    /* a gallop plus a bisection per run: about 2 log2(run length + 1) probes each */
+    double per_run = 2.0 * log2((double)n / (double)distinct + 1.0) + 1.0;
+    return (int64_t)((double)distinct * per_run);
+}
+
+/* ---------------------------------------------------------------- building */
+
+typedef struct {
+    uint32_t *tok;
+    uint32_t *cnt;
+    int64_t n, cap;
+} runs;
+
+typedef struct {
+    int64_t *rec; /* 4 per context */
+    int64_t n_rec, rec_cap;
+    uint32_t *ent; /* 2 per entry */
+    int64_t n_ent, ent_cap;
+} emitted;
+
+static int grow_to(void **p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int runs_push(runs *r, uint32_t t) {
+    if (r->n && r->tok[r->n - 1] == t) {
+        r->cnt[r->n - 1]++;
+        return 0;
+    }
+    if (r->n == r->cap) {
+        int64_t c = r->cap;
+        if (grow_to((void **)&r->tok, &c, r->n + 1, sizeof *r->tok)) return -1;
+        c = r->cap;
+        if (grow_to((void **)&r->cnt, &c, r->n + 1, sizeof *r->cnt)) return -1;
+        r->cap = c;
+    }
+    r->tok[r->n] = t;
+    r->cnt[r->n++] = 1;
+    return 0;
+}
+
+/* The block of ranks [lo, hi) at depth d ended: keep its runs if walking them is expensive. */
+static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t hi, int64_t min_cost) {
+    if (hi <= lo || ig_ntc_walk_cost(hi - lo, r->n) < min_cost) return 0;
+    if (grow_to((void **)&e->rec, &e->rec_cap, 4 * (e->n_rec + 1), sizeof *e->rec)) return -1;
+    if (grow_to((void **)&e->ent, &e->ent_cap, 2 * (e->n_ent + r->n), sizeof *e->ent)) return -1;
+    int64_t *rec = e->rec + 4 * e->n_rec++;
+    rec[0] = d;
+    rec[1] = lo;
+    rec[2] = hi;
+    rec[3] = e->n_ent; /* relative to this depth; rebased when written */
+    for (int64_t j = 0; j < r->n; j++) {
+        e->ent[2 * (e->n_ent + j)] = r->tok[j];
+        e->ent[2 * (e->n_ent + j) + 1] = r->cnt[j];
+    }
+    e->n_ent += r->n;
+    return 0;
+}
+
+static int write_all(FILE *f, const void *p, size_t n) { return n && fwrite(p, 1, n, f) != n ? -1 : 0; }
+
+int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
+                 const char *dir, char *err, size_t errlen) {
+    if (min_cost <= 0) return IG_OK;
+    enum { K = IG_NTC_MAX_DEPTH, AHEAD = 16 };
+    const uint32_t sep = ig_sep_for_width(width);
+    runs rs[K + 1];
+    emitted em[K + 1];
+    int64_t block_lo[K + 1];
+    uint32_t prev[K + 1];
+    int have_prev = 0, rc = IG_OK;
+    memset(rs, 0, sizeof rs);
+    memset(em, 0, sizeof em);
+    for (int64_t r = 0; r <= n_tok && !rc; r++) {
+        uint32_t c[K + 1];
+        if (r < n_tok) {
+            if (r + AHEAD < n_tok) __builtin_prefetch(view->tokens + (size_t)sa[r + AHEAD] * (size_t)width);
+            int64_t pos = sa[r];
+            for (int k = 0; k <= K; k++) c[k] = ig_tok(view, width, pos + k);
+        }
+        /* depth k's context is c[0..k): the block changes when the context does (or becomes
+           shorter than k because a separator cut it) */
+        for (int k = 1; k <= K && !rc; k++) {
+            int valid = r < n_tok, same = have_prev;
+            for (int j = 0; j < k; j++) {
+                if (valid && c[j] == sep) valid = 0;
+                if (same && (!valid || prev[j] != c[j])) same = 0;
+            }
+            if (!same || !valid) {
+                if (rs[k].n && flush_block(&em[k], &rs[k], k, block_lo[k], r, min_cost)) rc = IG_ERR_NOMEM;
+                rs[k].n = 0;
+                block_lo[k] = r;
+            }
+            if (valid && !rc && runs_push(&rs[k], c[k])) rc = IG_ERR_NOMEM;
+        }
+        if (r < n_tok) {
+            memcpy(prev, c, sizeof prev);
+            have_prev = 1;
+        }
+    }
+    if (rc) {
+        ig_fail(err, errlen, rc, "out of memory collecting next-token distributions");
+    } else {
+        int64_t n_rec = 0, n_ent = 0;
+        for (int k = 1; k <= K; k++) {
+            n_rec += em[k].n_rec;
+            n_ent += em[k].n_ent;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, IG_NTC_FILE);
+        FILE *f = fopen(path, "wb");
+        if (!f) {
+            rc = ig_fail(err, errlen, IG_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+        } else {
+            ig_header h;
+            memset(&h, 0, sizeof h);
+            memcpy(h.magic, "IGHF-NTC", 8);
+            h.version = IG_FORMAT_VERSION;
+            h.width = 32;
+            h.count = (uint64_t)n_rec;
+            h.aux1 = (uint64_t)n_ent;
+            h.aux2 = (uint64_t)min_cost;
+            int bad = write_all(f, &h, sizeof h);
+            int64_t base = 0;
+            for (int k = 1; k <= K && !bad; k++) {
+                for (int64_t i = 0; i < em[k].n_rec; i++) em[k].rec[4 * i + 3] += base;
+                bad = write_all(f, em[k].rec, (size_t)em[k].n_rec * 4 * sizeof(int64_t));
+                base += em[k].n_ent;
+            }
+            for (int k = 1; k <= K && !bad; k++)
+                bad = write_all(f, em[k].ent, (size_t)em[k].n_ent * 2 * sizeof(uint32_t));
+            int e = errno;
+            bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+            bad |= fclose(f) != 0;
+            if (bad) rc = ig_fail(err, errlen, IG_ERR_IO, "%s: write failed (%s)", path, strerror(e ? e : errno));
+        }
+    }
+    for (int k = 0; k <= K; k++) {
+        free(rs[k].tok);
+        free(rs[k].cnt);
+        free(em[k].rec);
+        free(em[k].ent);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+void ig_ntc_close(ig_shard *s) {
+    if (s->ntc_map.base) munmap((void *)s->ntc_map.base, s->ntc_map.size);
+    s->ntc_map.base = NULL;
+    s->ntc_rec = NULL;
+    s->ntc_ent = NULL;
+    s->ntc_n = s->ntc_entries = 0;
+}
+
+static int bad_file(ig_shard *s, const char *path, const char *what, char *err, size_t errlen) {
+    ig_ntc_close(s);
+    return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: %s", path, what);
+}
+
+int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *err, size_t errlen) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, IG_NTC_FILE) >= (int)sizeof path)
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: path too long", IG_NTC_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return IG_OK; /* optional file */
+        return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < IG_HEADER_SIZE) {
+        close(fd);
+        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: not a regular file or truncated", path);
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s: mmap failed (%s)", path, strerror(errno));
+    s->ntc_map.base = p;
+    s->ntc_map.size = (size_t)st.st_size;
+    ig_header h;
+    memcpy(&h, p, sizeof h);
+    if (memcmp(h.magic, "IGHF-NTC", 8) != 0) return bad_file(s, path, "bad magic", err, errlen);
+    if (h.version != IG_FORMAT_VERSION) return bad_file(s, path, "unsupported format version", err, errlen);
+    if (h.width != 32 || h.count > ((uint64_t)1 << 40) || h.aux1 > ((uint64_t)1 << 40) ||
+        IG_HEADER_SIZE + 32 * h.count + 8 * h.aux1 != (uint64_t)st.st_size)
+        return bad_file(s, path, "size does not match its header: truncated or corrupt", err, errlen);
+    const int64_t *rec = (const int64_t *)((const uint8_t *)p + IG_HEADER_SIZE);
+    const uint32_t *ent = (const uint32_t *)(rec + 4 * h.count);
+    int64_t n = (int64_t)h.count, m = (int64_t)h.aux1;
+    uint32_t sep = ig_sep_for_width(width);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *q = rec + 4 * i;
+        int64_t end = i + 1 < n ? q[7] : m;
+        if (q[0] < 1 || q[0] > IG_NTC_MAX_DEPTH || q[1] < 0 || q[2] <= q[1] || q[2] > s->num_tokens ||
+            q[3] < 0 || end < q[3] || end > m || (i == 0 && q[3] != 0) ||
+            (i > 0 && (q[0] < q[-4] || (q[0] == q[-4] && q[1] < q[-2]))))
+            return bad_file(s, path, "context records out of order or out of range", err, errlen);
+        uint64_t sum = 0;
+        for (int64_t j = q[3]; j < end; j++) {
+            if (ent[2 * j + 1] == 0 || (ent[2 * j] >= vocab && ent[2 * j] != sep) ||
+                (j > q[3] && ent[2 * j] <= ent[2 * j - 2]))
+                return bad_file(s, path, "entries out of order", err, errlen);
+            sum += ent[2 * j + 1];
+        }
+        if (sum != (uint64_t)(q[2] - q[1])) return bad_file(s, path, "counts do not add up to their context's", err, errlen);
+    }
+    s->ntc_rec = rec;
+    s->ntc_ent = ent;
+    s->ntc_n = n;
+    s->ntc_entries = m;
+    return IG_OK;
+}
+
+const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n) {
+    int64_t a = 0, b = s->ntc_n;
+    while (a < b) { /* first record >= (d, r.lo) */
+        int64_t mid = a + (b - a) / 2;
+        const int64_t *q = s->ntc_rec + 4 * mid;
+        if (q[0] < d || (q[0] == d && q[1] < r.lo)) a = mid + 1; else b = mid;
+    }
+    if (a >= s->ntc_n) return NULL;
+    const int64_t *q = s->ntc_rec + 4 * a;
+    if (q[0] != d || q[1] != r.lo || q[2] != r.hi) return NULL;
+    int64_t end = a + 1 < s->ntc_n ? q[7] : s->ntc_entries;
+    *n = end - q[3];
+    return s->ntc_ent + 2 * q[3];
+}

@@ -1,0 +1,40 @@
+/* ntd_cache.h - precomputed next-token distributions of short, frequent contexts (internal).
+ *
+ * A shard may carry ntdcache.bin: the exact distributions of the 1- to 3-token contexts whose
+ * walk over run boundaries would be expensive (many distinct next tokens in a large range).
+ * The writer computes them in one pass over the suffix array; queries look them up by
+ * (depth, range) and fall back to walking when a context is not there. The file is optional:
+ * an index without it answers the same, only slower for those contexts.
+ *
+ * Layout after the 64-byte header (magic "IGHF-NTC", width 32, count = contexts,
+ * aux1 = entries, aux2 = the cost threshold used):
+ *   count records  {int64 depth, lo, hi, first_entry}   sorted by (depth, lo)
+ *   aux1 entries   {uint32 token, uint32 count}          each context's tokens in increasing order
+ */
+#ifndef IG_NTD_CACHE_H
+#define IG_NTD_CACHE_H
+
+#include "query_internal.h"
+
+#define IG_NTC_FILE "ntdcache.bin"
+#define IG_NTC_MAX_DEPTH 3
+/* Default: cache a context when walking it would take about this many suffix-array probes. */
+#define IG_NTC_DEFAULT_MIN_COST 2048
+
+/* Estimated probes of a walk over a range of n ranks holding distinct next tokens. */
+int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct);
+
+/* Write dir/ntdcache.bin for a shard being finished: `view` holds its tokens (total_len set),
+   sa its first n_tok suffix-array ranks. min_cost <= 0 writes nothing. */
+int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
+                 const char *dir, char *err, size_t errlen);
+
+/* Map and validate dir/ntdcache.bin into s (num_tokens already set) if present (absent is fine). */
+int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *err, size_t errlen);
+void ig_ntc_close(ig_shard *s);
+
+/* The cached distribution of the context whose range at depth d is r, as *n (token, count)
+   uint32 pairs; NULL when it is not cached. */
+const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n);
+
+#endif

@@ -1,0 +1,202 @@
+/* state.c - decoding states: the longest occurring suffix of a context as plain int64 data,
+   extended one token at a time (see infinigram_batch.h). */
+#include <stdio.h>
+
+#include "infinigram_batch.h"
+#include "ntd_batch.h"
+#include "parallel.h"
+
+int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
+
+int64_t state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
+                   size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "%s: NULL state", what);
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        int64_t lo = state[2 + 2 * i], hi = state[3 + 2 * i];
+        if (lo < 0 || hi < lo || hi > ix->shards[i].num_tokens)
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: range [%lld, %lld) of shard %d is not a state of this index",
+                           what, (long long)lo, (long long)hi, i);
+        rs[i] = (ig_range){lo, hi};
+        c += (uint64_t)(hi - lo);
+    }
+    if (state[0] < 0 || (int64_t)c != state[1] || (c == 0 && state[0] > 0))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: suffix_len %lld / count %lld are not a state of this index", what,
+                       (long long)state[0], (long long)state[1]);
+    return state[0];
+}
+
+void state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state) {
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        state[2 + 2 * i] = rs[i].lo;
+        state[3 + 2 * i] = rs[i].hi;
+        c += (uint64_t)(rs[i].hi - rs[i].lo);
+    }
+    state[0] = suffix_len;
+    state[1] = (int64_t)c;
+}
+
+int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err, size_t errlen) {
+    int rc = check_ids(ix, ctx, len, "context", err, errlen);
+    if (rc) return rc;
+    if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL output");
+    ig_scratch sc;
+    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    int64_t l = longest_suffix(ix, ctx, len, len, sc.a, sc.b);
+    state_store(ix, l, sc.a, state);
+    scratch_free(&sc);
+    return IG_OK;
+}
+
+/* The state of ctx[0..len) from the ranges rs (suffix length l) of ctx[0..len-1): narrow by the
+   new token; if nothing continues with it, back off to the longest suffix of at most l tokens. */
+static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t *ctx, int64_t len, int64_t *out) {
+    uint32_t t = ctx[len - 1];
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        const ig_shard *s = &ix->shards[i];
+        ig_range r = sc->a[i];
+        if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) sc->b[i] = first_token_range(s, ix->token_width, t);
+        else sc->b[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, t) : r;
+        c += (uint64_t)(sc->b[i].hi - sc->b[i].lo);
+    }
+    if (c > 0) {
+        state_store(ix, l + 1, sc->b, out);
+        return;
+    }
+    int64_t k = longest_suffix(ix, ctx, len, l, sc->a, sc->c);
+    state_store(ix, k, sc->a, out);
+}
+
+static int check_extend(const ig_index *ix, int64_t l, const uint32_t *ctx, int64_t len, const char *what, char *err,
+                        size_t errlen) {
+    if (len < 1 || len < l + 1)
+        return ig_fail(err, errlen, IG_ERR_ARG,
+                       "%s: the context given has %lld tokens; extending a state of suffix_len %lld needs at least %lld "
+                       "(its matched suffix and the new token)", what, (long long)len, (long long)l, (long long)(l + 1));
+    return check_ids(ix, ctx + len - (l + 1), l + 1, what, err, errlen);
+}
+
+int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t *out,
+                    char *err, size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix->n_shards, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) rc = (int)l;
+    else rc = check_extend(ix, l, ctx, len, "context", err, errlen);
+    if (!rc) extend(ix, &sc, l, ctx, len, out);
+    scratch_free(&sc);
+    return rc;
+}
+
+int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out, char *err, size_t errlen) {
+    if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) rc = (int)l;
+    else rc = check_ids(ix, &token, 1, "token", err, errlen);
+    if (!rc) prob_from_ranges(ix, sc.a, l, token, sc.b, out);
+    scratch_free(&sc);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- batches of states */
+
+typedef struct {
+    const ig_index *ix;
+    const int64_t *states;
+    const uint32_t *values, *tokens;
+    const int64_t *offsets;
+    int64_t *out;
+    uint64_t *count, *prompt_count;
+    int64_t *suffix_len;
+    uint8_t *sparse;
+} state_job;
+
+static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    state_job *j = ctx;
+    (void)tid;
+    int64_t size = ig_state_size(j->ix);
+    ig_scratch sc;
+    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    for (int64_t i = begin; i < end; i++) {
+        int64_t l = state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
+        extend(j->ix, &sc, l, j->values + j->offsets[i], j->offsets[i + 1] - j->offsets[i], j->out + i * size);
+    }
+    scratch_free(&sc);
+    return 0;
+}
+
+static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    state_job *j = ctx;
+    (void)tid;
+    int64_t size = ig_state_size(j->ix);
+    ig_scratch sc;
+    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    for (int64_t i = begin; i < end; i++) {
+        int64_t l = state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
+        ig_prob p;
+        prob_from_ranges(j->ix, sc.a, l, j->tokens[i], sc.b, &p);
+        j->count[i] = p.count;
+        j->prompt_count[i] = p.prompt_count;
+        j->suffix_len[i] = p.suffix_len;
+        if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
+    }
+    scratch_free(&sc);
+    return 0;
+}
+
+/* Check n states up front (so workers never fail on them); with values, also that context i
+   holds the matched suffix plus the new token. */
+static int check_states(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *values,
+                        const int64_t *offsets, char *err, size_t errlen) {
+    if (n > 0 && !states) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL");
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix->n_shards, err, errlen);
+    int64_t size = ig_state_size(ix);
+    for (int64_t i = 0; i < n && !rc; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "states[%lld]", (long long)i);
+        int64_t l = state_load(ix, states + i * size, sc.a, name, err, errlen);
+        if (l < 0) rc = (int)l;
+        else if (values) {
+            snprintf(name, sizeof name, "contexts[%lld]", (long long)i);
+            rc = check_extend(ix, l, values + offsets[i], offsets[i + 1] - offsets[i], name, err, errlen);
+        }
+    }
+    scratch_free(&sc);
+    return rc;
+}
+
+int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint32_t *values, int64_t n_values,
+                          const int64_t *offsets, int64_t n, int64_t *out, int n_threads, char *err, size_t errlen) {
+    int rc = check_batch(ix, values, n_values, offsets, n, "contexts", err, errlen);
+    if (rc || n == 0) return rc;
+    if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    if ((rc = check_states(ix, states, n, values, offsets, err, errlen))) return rc;
+    state_job j = {ix, states, values, NULL, offsets, out, NULL, NULL, NULL, NULL};
+    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, extend_work, &j);
+    return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
+}
+
+int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *tokens,
+                        uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len, uint8_t *sparse,
+                        int n_threads, char *err, size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative number of states");
+    if (n == 0) return IG_OK;
+    if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
+    int rc = check_ids(ix, tokens, n, "tokens", err, errlen);
+    if (!rc) rc = check_states(ix, states, n, NULL, NULL, err, errlen);
+    if (rc) return rc;
+    state_job j = {ix, states, NULL, tokens, NULL, NULL, count, prompt_count, suffix_len, sparse};
+    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
+    return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
+}
