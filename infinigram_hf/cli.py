@@ -87,6 +87,24 @@ def open_index(paths: Sequence[str]) -> Any:
     return InfiniGramIndex.open(paths[0] if len(paths) == 1 else list(paths))
 
 
+class SavedTokenizer:
+    """An index's saved fast tokenizer read with `tokenizers` alone: the same ids as the HF
+    tokenizer (tokenizer.json holds its whole pipeline) without importing transformers and torch,
+    which would add seconds to every CLI call."""
+
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(path))  # tokenization.encode_texts batches on it
+        self.name_or_path = str(path.parent)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> List[int]:
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], **_: Any) -> str:
+        return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
 def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
     """The tokenizer to turn --text into ids for `index`.
 
@@ -105,6 +123,8 @@ def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
                 f"({index.tokenizer_name!r}; vocabulary fingerprints differ)")
         return tok
     saved = Path(index.paths[0]) / "tokenizer"
+    if (saved / "tokenizer.json").is_file():
+        return SavedTokenizer(saved / "tokenizer.json")
     if saved.is_dir():
         return tk.resolve_tokenizer(str(saved))
     if index.tokenizer_name == tk.BYTES_NAME:
