@@ -52,7 +52,7 @@ def brute_spans(doc: Sequence[int], cnf) -> list[list[int]]:
 
 @st.composite
 def corpus_and_queries(draw: st.DrawFn):
-    vocab = draw(st.sampled_from([3, 5, 300]))
+    vocab = draw(st.sampled_from([3, 5, 300, 70_000]))  # token widths 1, 2 and 4
     alphabet = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=4, unique=True))
     sym = st.sampled_from(alphabet)
     docs = draw(st.lists(st.lists(sym, max_size=14), min_size=1, max_size=10))

@@ -40,11 +40,6 @@ static int64_t doc_of(const ig_shard *s, int64_t pos) {
     return a;
 }
 
-static int cmp_i64(const void *x, const void *y) {
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
-}
-
 /* First index in sorted v[0..n) with v[i] >= x. */
 static int64_t lower_bound(const int64_t *v, int64_t n, int64_t x) {
     int64_t a = 0, b = n;
@@ -86,14 +81,20 @@ static int cmp_occ(const void *x, const void *y) {
 
 /* ---------------------------------------------------------------- scanning a document */
 
-/* The terms looked for by a scan, with a 1024-bit filter on their first tokens so that most
-   positions cost one token read and one bit test. */
+/* The terms looked for by a scan. Positions are tested on the first token: against up to
+   IG_SCAN_FIRSTS distinct first tokens directly, in blocks the compiler vectorizes (a block
+   without any of them costs a few instructions per token), otherwise through a 1024-bit filter. */
+#define IG_SCAN_FIRSTS 4
+#define IG_SCAN_BLOCK 32
 typedef struct {
     int64_t n;
     const uint32_t *q[IG_SEARCH_MAX_TERMS];
     int64_t len[IG_SEARCH_MAX_TERMS];
     int32_t tag[IG_SEARCH_MAX_TERMS];
     uint64_t filter[16];
+    uint32_t first[IG_SCAN_FIRSTS]; /* distinct first tokens, padded with first[0] */
+    int n_first;                    /* > IG_SCAN_FIRSTS: use the filter */
+    int64_t max_len;                /* longest term */
 } scanner;
 
 static inline unsigned filter_bit(uint32_t t) { return (unsigned)((t * 2654435761u) >> 22); }
@@ -102,36 +103,140 @@ static void scanner_add(scanner *sc, const uint32_t *q, int64_t len, int32_t tag
     sc->q[sc->n] = q;
     sc->len[sc->n] = len;
     sc->tag[sc->n++] = tag;
+    if (len > sc->max_len) sc->max_len = len;
     unsigned b = filter_bit(q[0]);
     sc->filter[b >> 6] |= (uint64_t)1 << (b & 63);
+    int known = 0;
+    for (int k = 0; k < sc->n_first && k < IG_SCAN_FIRSTS; k++) known |= sc->first[k] == q[0];
+    if (known) return;
+    if (sc->n_first < IG_SCAN_FIRSTS) sc->first[sc->n_first] = q[0];
+    if (sc->n_first == 0)
+        for (int k = 1; k < IG_SCAN_FIRSTS; k++) sc->first[k] = q[0];
+    sc->n_first++;
 }
 
-/* Occurrences of the scanner's terms starting in [a, b) of a shard. For each hit: counts[tag]++
-   (when counts), and (pos, tag) appended to out (when out). With stop_tags > 0 the scan ends as
-   soon as that many distinct tags were seen (existence checks). */
+typedef struct {
+    const scanner *sc;
+    uint64_t *counts; /* counts[tag]++ per hit, when not NULL */
+    occ_buf *out;     /* (pos, tag) per hit, when not NULL */
+    int32_t n_tags;
+    int stop_tags; /* > 0: stop once that many distinct tags were seen */
+    int n_seen;
+    uint8_t seen[IG_SEARCH_MAX_TERMS];
+} scan_ctx;
+
+/* Terms starting at i (whose token is t): 0 go on, 1 stop (enough tags seen), < 0 error. */
+static int scan_hit(const ig_shard *s, int w, int64_t i, uint32_t t, scan_ctx *cx) {
+    const scanner *sc = cx->sc;
+    for (int64_t k = 0; k < sc->n; k++) {
+        const uint32_t *q = sc->q[k];
+        if (q[0] != t) continue;
+        int64_t m = sc->len[k], j = 1;
+        /* terms hold no separator, so a match never runs past the document's end */
+        while (j < m && ig_tok(s, w, i + j) == q[j]) j++;
+        if (j < m) continue;
+        int32_t tag = sc->tag[k];
+        if (cx->counts) cx->counts[tag]++;
+        if (cx->out && occ_push(cx->out, i, tag)) return IG_ERR_NOMEM;
+        if (tag < cx->n_tags && !cx->seen[tag]) {
+            cx->seen[tag] = 1;
+            if (cx->stop_tags > 0 && ++cx->n_seen >= cx->stop_tags) return 1;
+        }
+    }
+    return 0;
+}
+
+/* One loop per token width: skip blocks holding none of the first tokens, test the rest. */
+#define SCAN_FIRSTS(T)                                                                          \
+    do {                                                                                        \
+        const T *tk = (const T *)s->tokens;                                                     \
+        const T f0 = (T)sc->first[0], f1 = (T)sc->first[1], f2 = (T)sc->first[2],               \
+                f3 = (T)sc->first[3];                                                           \
+        int64_t i = a;                                                                          \
+        while (i < b) {                                                                         \
+            if (i + IG_SCAN_BLOCK <= b) {                                                       \
+                int any = 0;                                                                    \
+                for (int k = 0; k < IG_SCAN_BLOCK; k++) {                                       \
+                    T t = tk[i + k];                                                            \
+                    any |= (t == f0) | (t == f1) | (t == f2) | (t == f3);                       \
+                }                                                                               \
+                if (!any) {                                                                     \
+                    i += IG_SCAN_BLOCK;                                                         \
+                    continue;                                                                   \
+                }                                                                               \
+            }                                                                                   \
+            int64_t end = i + IG_SCAN_BLOCK < b ? i + IG_SCAN_BLOCK : b;                        \
+            for (; i < end; i++) {                                                              \
+                T t = tk[i];                                                                    \
+                if (t == f0 || t == f1 || t == f2 || t == f3) {                                 \
+                    int r = scan_hit(s, w, i, t, &cx);                                          \
+                    if (r) return r < 0 ? r : IG_OK;                                            \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+/* Pure counting of one-token terms: a branch-free loop the compiler vectorizes. */
+#define COUNT_FIRSTS(T)                                                                         \
+    do {                                                                                        \
+        const T *tk = (const T *)s->tokens;                                                     \
+        const T f0 = (T)sc->first[0], f1 = (T)sc->first[1], f2 = (T)sc->first[2],               \
+                f3 = (T)sc->first[3];                                                           \
+        uint64_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;                                                \
+        if (sc->n_first == 1) {                                                                 \
+            for (int64_t i = a; i < b; i++) c0 += tk[i] == f0;                                  \
+        } else {                                                                                \
+            for (int64_t i = a; i < b; i++) {                                                   \
+                T t = tk[i];                                                                    \
+                c0 += t == f0;                                                                  \
+                c1 += t == f1;                                                                  \
+                c2 += t == f2;                                                                  \
+                c3 += t == f3;                                                                  \
+            }                                                                                   \
+        }                                                                                       \
+        cf[0] = c0, cf[1] = c1, cf[2] = c2, cf[3] = c3;                                         \
+    } while (0)
+
+/* Occurrences of the scanner's terms starting in [a, b) of a shard (see scan_ctx). GCC does not
+   vectorize at -O2 before version 12's cheap model, which skips these loops: ask for it here. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize")))
+#endif
 static int scan_range(const ig_shard *s, int w, int64_t a, int64_t b, const scanner *sc,
                       uint64_t *counts, occ_buf *out, int32_t n_tags, int stop_tags) {
-    uint8_t seen[IG_SEARCH_MAX_TERMS] = {0};
-    int n_seen = 0;
+    scan_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.sc = sc;
+    cx.counts = counts;
+    cx.out = out;
+    cx.n_tags = n_tags;
+    cx.stop_tags = stop_tags;
+    if (b > s->total_len) b = s->total_len;
+    if (counts && !out && stop_tags == 0 && sc->max_len == 1 && sc->n_first >= 1 && sc->n_first <= IG_SCAN_FIRSTS) {
+        uint64_t cf[IG_SCAN_FIRSTS];
+        if (w == 1) COUNT_FIRSTS(uint8_t);
+        else if (w == 2) COUNT_FIRSTS(uint16_t);
+        else COUNT_FIRSTS(uint32_t);
+        for (int64_t k = 0; k < sc->n; k++) {
+            int f = 0;
+            while (sc->first[f] != sc->q[k][0]) f++;
+            counts[sc->tag[k]] += cf[f];
+        }
+        return IG_OK;
+    }
+    if (sc->n_first >= 1 && sc->n_first <= IG_SCAN_FIRSTS) {
+        /* the token array starts 64 bytes into a page-aligned mapping: aligned for any width */
+        if (w == 1) SCAN_FIRSTS(uint8_t);
+        else if (w == 2) SCAN_FIRSTS(uint16_t);
+        else SCAN_FIRSTS(uint32_t);
+        return IG_OK;
+    }
     for (int64_t i = a; i < b; i++) {
         uint32_t t = ig_tok(s, w, i);
         unsigned fb = filter_bit(t);
         if (!(sc->filter[fb >> 6] >> (fb & 63) & 1)) continue;
-        for (int64_t k = 0; k < sc->n; k++) {
-            const uint32_t *q = sc->q[k];
-            if (q[0] != t) continue;
-            int64_t m = sc->len[k], j = 1;
-            /* terms hold no separator, so a match never runs past the document's end */
-            while (j < m && ig_tok(s, w, i + j) == q[j]) j++;
-            if (j < m) continue;
-            int32_t tag = sc->tag[k];
-            if (counts) counts[tag]++;
-            if (out && occ_push(out, i, tag)) return IG_ERR_NOMEM;
-            if (tag < n_tags && !seen[tag]) {
-                seen[tag] = 1;
-                if (stop_tags > 0 && ++n_seen >= stop_tags) return IG_OK;
-            }
-        }
+        int r = scan_hit(s, w, i, t, &cx);
+        if (r) return r < 0 ? r : IG_OK;
     }
     return IG_OK;
 }
@@ -166,16 +271,34 @@ static int check_cnf(const ig_index *ix, const uint32_t *ids, const int64_t *ter
 
 /* ---------------------------------------------------------------- the search */
 
-typedef struct {
-    int32_t shard;
-    int64_t pos;
-    double w; /* inverse inclusion probability (1 when every occurrence is examined) */
-} cand_t;
+/* A candidate (an anchor occurrence) packed into one sortable key: shard, position, and whether
+   its stratum was the larger of the two sizes floor(N/m) and floor(N/m) + 1 (positions are
+   < 2^31, IG_MAX_SHARD_TOKENS). Sorting keys sorts by (shard, position). */
+#define CAND(shard, pos, big) (((uint64_t)(shard) << 33) | ((uint64_t)(pos) << 1) | (uint64_t)(big))
+#define CAND_SHARD(k) ((int)((k) >> 33))
+#define CAND_POS(k) ((int64_t)(((k) >> 1) & 0xFFFFFFFFu))
+#define CAND_BIG(k) ((int)((k) & 1))
 
-static int cmp_cand(const void *x, const void *y) {
-    const cand_t *a = x, *b = y;
-    if (a->shard != b->shard) return (a->shard > b->shard) - (a->shard < b->shard);
-    return (a->pos > b->pos) - (a->pos < b->pos);
+/* LSD radix sort of n keys, 11 bits per pass, passes only over the bits in use; tmp holds n. */
+static void radix_sort(uint64_t *v, int64_t n, uint64_t *tmp) {
+    uint64_t used = 0;
+    for (int64_t i = 0; i < n; i++) used |= v[i];
+    uint64_t *src = v, *dst = tmp;
+    for (int shift = 0; shift < 64 && (used >> shift); shift += 11) {
+        int64_t cnt[2048] = {0};
+        for (int64_t i = 0; i < n; i++) cnt[(src[i] >> shift) & 2047]++;
+        int64_t acc = 0;
+        for (int d = 0; d < 2048; d++) {
+            int64_t c = cnt[d];
+            cnt[d] = acc;
+            acc += c;
+        }
+        for (int64_t i = 0; i < n; i++) dst[cnt[(src[i] >> shift) & 2047]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v) memcpy(v, src, (size_t)n * sizeof *v);
 }
 
 enum { MODE_ANCHOR, MODE_SORTED, MODE_SCAN };
@@ -190,24 +313,23 @@ typedef struct {
 /* Candidate occurrences of the anchor: all of them, or one drawn uniformly from each of `m`
    strata of the concatenation (terms x shards x ranks) of its ranges. */
 static int anchor_candidates(const ig_index *ix, const ig_range *rng, int64_t t0, int64_t t1,
-                             uint64_t total, uint64_t m, uint64_t seed, cand_t *out) {
+                             uint64_t total, uint64_t m, uint64_t seed, uint64_t *out) {
     int S = ix->n_shards;
     int64_t n_ranges = (t1 - t0) * S;
-    uint64_t state = seed, base = 0;
+    uint64_t state = seed, base = 0, q = total / m, r = total % m;
     int64_t j = 0; /* current range (term-major) */
     for (uint64_t k = 0; k < m; k++) {
-        uint64_t idx, w = 1;
+        uint64_t idx, big = 0;
         if (m == total) {
             idx = k;
         } else { /* stratum [k*N/m, (k+1)*N/m) without overflow: N/m and N%m parts */
-            uint64_t q = total / m, r = total % m;
             uint64_t lo = k * q + (k * r) / m, hi = (k + 1) * q + ((k + 1) * r) / m;
-            w = hi - lo;
-            idx = lo + splitmix64(&state) % w;
+            big = hi - lo > q;
+            idx = lo + splitmix64(&state) % (hi - lo);
         }
         for (;;) { /* ranges are visited in order and idx only grows */
-            const ig_range *r = &rng[t0 * S + j];
-            uint64_t size = (uint64_t)(r->hi - r->lo);
+            const ig_range *rg = &rng[t0 * S + j];
+            uint64_t size = (uint64_t)(rg->hi - rg->lo);
             if (idx < base + size) break;
             base += size;
             j++;
@@ -215,9 +337,7 @@ static int anchor_candidates(const ig_index *ix, const ig_range *rng, int64_t t0
         }
         int shard = (int)(j % S);
         const ig_shard *s = &ix->shards[shard];
-        out[k].shard = shard;
-        out[k].pos = ig_sa(s, rng[t0 * S + j].lo + (int64_t)(idx - base));
-        out[k].w = (double)w;
+        out[k] = CAND(shard, ig_sa(s, rng[t0 * S + j].lo + (int64_t)(idx - base)), big);
     }
     return IG_OK;
 }
@@ -236,9 +356,14 @@ static int materialize(const ig_index *ix, const ig_range *rng, int64_t t0, int6
             ig_range r = rng[t * S + sh];
             for (int64_t k = r.lo; k < r.hi; k++) c->pos[n++] = ig_sa(s, k);
         }
-        qsort(c->pos + c->off[sh], (size_t)(n - c->off[sh]), sizeof(int64_t), cmp_i64);
     }
     c->off[S] = n;
+    /* positions are non-negative: as unsigned keys they sort the same */
+    uint64_t *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+    if (!tmp) return IG_ERR_NOMEM;
+    for (int sh = 0; sh < S; sh++)
+        radix_sort((uint64_t *)c->pos + c->off[sh], c->off[sh + 1] - c->off[sh], tmp);
+    free(tmp);
     return IG_OK;
 }
 
@@ -283,7 +408,7 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     ig_range *rng = malloc((size_t)n_terms * (size_t)S * sizeof *rng);
     clause_t *cl = calloc((size_t)n_clauses, sizeof *cl);
     int64_t *shard_base = malloc(((size_t)S + 1) * sizeof(int64_t));
-    cand_t *cand = NULL;
+    uint64_t *cand = NULL, *cand_tmp = NULL;
     occ_buf scan_occ = {0}, merged = {0};
     rc = IG_OK;
     if (!rng || !cl || !shard_base) { rc = IG_ERR_NOMEM; goto done; }
@@ -312,19 +437,21 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     stats->anchor_used = m;
     stats->approximate = sampled;
     cand = malloc((size_t)m * sizeof *cand);
-    if (!cand) { rc = IG_ERR_NOMEM; goto done; }
+    cand_tmp = malloc((size_t)m * sizeof *cand_tmp);
+    if (!cand || !cand_tmp) { rc = IG_ERR_NOMEM; goto done; }
     if ((rc = anchor_candidates(ix, rng, clause_off[anchor], clause_off[anchor + 1], N, m, opts->seed, cand)))
         goto done;
-    qsort(cand, (size_t)m, sizeof *cand, cmp_cand);
+    radix_sort(cand, (int64_t)m, cand_tmp);
+    const double w_small = sampled ? (double)(N / m) : 1.0; /* stratum sizes */
 
     /* Total length of the candidate documents: what scanning a clause would cost. */
     uint64_t cand_len = 0;
     for (uint64_t i = 0; i < m;) {
-        const int sh = cand[i].shard;
+        const int sh = CAND_SHARD(cand[i]);
         const ig_shard *s = &ix->shards[sh];
-        int64_t d = doc_of(s, cand[i].pos), end = doc_start(s, d + 1);
+        int64_t d = doc_of(s, CAND_POS(cand[i])), end = doc_start(s, d + 1);
         cand_len += (uint64_t)(end - doc_start(s, d));
-        while (i < m && cand[i].shard == sh && cand[i].pos < end) i++;
+        while (i < m && CAND_SHARD(cand[i]) == sh && CAND_POS(cand[i]) < end) i++;
     }
 
     /* 3. how each other clause is checked: sorted positions when that is cheaper than scanning
@@ -355,13 +482,13 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     double estimate = 0.0;
     int64_t n_written = 0;
     for (uint64_t i = 0; i < m;) {
-        const int sh = cand[i].shard;
+        const int sh = CAND_SHARD(cand[i]);
         const ig_shard *s = &ix->shards[sh];
-        const int64_t d = doc_of(s, cand[i].pos);
+        const int64_t d = doc_of(s, CAND_POS(cand[i]));
         const int64_t a = doc_start(s, d), b = doc_start(s, d + 1);
         uint64_t g0 = i;
         double wsum = 0.0;
-        while (i < m && cand[i].shard == sh && cand[i].pos < b) wsum += cand[i++].w;
+        for (; i < m && CAND_SHARD(cand[i]) == sh && CAND_POS(cand[i]) < b; i++) wsum += w_small + CAND_BIG(cand[i]);
 
         int ok = 1;
         uint64_t counts[IG_SEARCH_MAX_CLAUSES] = {0};
@@ -385,7 +512,7 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
             merged.n = 0;
             for (int64_t k = 0; k < scan_occ.n && !rc; k++) rc = occ_push(&merged, scan_occ.v[k].pos, scan_occ.v[k].tag);
             if (!sampled)
-                for (uint64_t k = g0; k < i && !rc; k++) rc = occ_push(&merged, cand[k].pos, (int32_t)anchor);
+                for (uint64_t k = g0; k < i && !rc; k++) rc = occ_push(&merged, CAND_POS(cand[k]), (int32_t)anchor);
             for (int64_t c = 0; c < n_clauses && !rc; c++) {
                 if (cl[c].mode != MODE_SORTED) continue;
                 const int64_t *p = cl[c].pos + cl[c].off[sh];
@@ -417,6 +544,7 @@ done:
     free(rng);
     free(shard_base);
     free(cand);
+    free(cand_tmp);
     free(scan_occ.v);
     free(merged.v);
     return rc;
