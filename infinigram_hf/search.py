@@ -254,8 +254,8 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
     approximate = bool(stats.approximate)
     estimate = float(stats.estimate)
     want_text = has_text if decode is None else bool(decode)
-    docs = tuple(_document(index, int(d), cnf, ids, term_off, tok if want_text else None)
-                 for d in doc_ids[:maxnum].tolist())
+    finder = _SpanFinder(index, cnf, ids, term_off) if maxnum and len(doc_ids) else None
+    docs = tuple(_document(index, d, finder, tok if want_text else None) for d in doc_ids[:maxnum].tolist())
     return SearchResult(count=int(round(estimate)) if approximate else int(stats.num_matches),
                         approximate=approximate, doc_ids=doc_ids, documents=docs, cnf=cnf, estimate=estimate,
                         anchor_clause=int(stats.anchor_clause), anchor_count=int(stats.anchor_count),
@@ -270,37 +270,61 @@ def _has_text(query: Any) -> bool:
     return False
 
 
-def doc_spans(index: Any, doc_id: int, cnf: Cnf, ids: Optional[np.ndarray] = None,
-              term_off: Optional[np.ndarray] = None) -> np.ndarray:
-    """Every occurrence of the CNF's n-grams in a document: rows (offset, length, clause, n-gram)."""
-    if ids is None or term_off is None:
-        ids, term_off, _ = _flatten(cnf)
-    shard, local = index._split_doc_id(doc_id)
-    n_terms = len(term_off) - 1
-    clause_of = np.repeat(np.arange(len(cnf)), [len(c) for c in cnf])
-    index_in_clause = np.concatenate([np.arange(len(c)) for c in cnf])
-    lengths = np.diff(term_off)
-    cap = 256
-    n_out = ffi.new("int64_t *")
-    err = err_buffer()
-    while True:
-        offs = np.empty(cap, dtype=np.int64)
-        terms = np.empty(cap, dtype=np.int32)
-        with index._handle() as ix:
-            rc = lib.ig_doc_spans(ix, shard, local, ptr(ids, "uint32_t"), ptr(term_off, "int64_t"), n_terms,
-                                  ptr(offs, "int64_t"), ptr(terms, "int32_t"), cap, n_out, err, len(err))
-        if rc != lib.IG_ERR_CAPACITY or int(n_out[0]) <= cap:
-            break
-        cap = int(n_out[0])
-    check(rc, err)
-    n = int(n_out[0])
-    t = terms[:n]
-    return np.stack([offs[:n], lengths[t], clause_of[t], index_in_clause[t]], axis=1).astype(np.int64)
+class _SpanFinder:
+    """Finds every occurrence of a CNF's n-grams in documents, with the per-query tables and C
+    buffers set up once for all the documents of a result."""
+
+    def __init__(self, index: Any, cnf: Cnf, ids: np.ndarray, term_off: np.ndarray):
+        self.index, self.ids, self.term_off = index, ids, term_off
+        self.n_terms = len(term_off) - 1
+        self.table = np.stack([np.diff(term_off),                                              # length
+                               np.repeat(np.arange(len(cnf)), [len(c) for c in cnf]),          # clause
+                               np.concatenate([np.arange(len(c)) for c in cnf])], axis=1)      # n-gram
+        self._ids_p, self._off_p = ptr(ids, "uint32_t"), ptr(term_off, "int64_t")
+        self._grow(256)
+        self._n = ffi.new("int64_t *")
+        self._err = err_buffer()
+
+    def _grow(self, cap: int) -> None:
+        self.cap = cap
+        self.offs, self.terms = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int32)
+        self._offs_p, self._terms_p = ptr(self.offs, "int64_t"), ptr(self.terms, "int32_t")
+
+    def __call__(self, doc_id: int) -> np.ndarray:
+        shard, local = self.index._split_doc_id(doc_id)
+        while True:
+            with self.index._handle() as ix:
+                rc = lib.ig_doc_spans(ix, shard, local, self._ids_p, self._off_p, self.n_terms, self._offs_p,
+                                      self._terms_p, self.cap, self._n, self._err, len(self._err))
+            if rc != lib.IG_ERR_CAPACITY or int(self._n[0]) <= self.cap:
+                break
+            self._grow(int(self._n[0]))
+        check(rc, self._err)
+        n = int(self._n[0])
+        out = np.empty((n, 4), dtype=np.int64)
+        out[:, 0] = self.offs[:n]
+        out[:, 1:] = self.table[self.terms[:n]]
+        return out
 
 
-def _document(index: Any, doc_id: int, cnf: Cnf, ids: np.ndarray, term_off: np.ndarray,
-              tok: Any) -> DocumentMatch:
+def doc_spans(index: Any, doc_id: int, cnf: Any) -> np.ndarray:
+    """Every occurrence of a query's n-grams (ids, or a CNF of ids) in a document: rows
+    (offset, length, clause, n-gram index in the clause), by offset.
+
+    Example:
+        >>> doc_spans(index, 3, [[[1, 2]], [[5], [6]]])     # doctest: +SKIP
+    """
+    cnf = parse_query(cnf, None, index.vocab_size) if not _is_cnf_of_ids(cnf) else cnf
+    ids, term_off, _ = _flatten(cnf)
+    return _SpanFinder(index, cnf, ids, term_off)(doc_id)
+
+
+def _is_cnf_of_ids(cnf: Any) -> bool:
+    return isinstance(cnf, tuple) and all(isinstance(c, tuple) and all(isinstance(t, tuple) for t in c) for c in cnf)
+
+
+def _document(index: Any, doc_id: int, spans: _SpanFinder, tok: Any) -> DocumentMatch:
     doc = index.get_doc(doc_id)
     text = tok.decode(doc.token_ids.tolist()) if tok is not None else doc.text
     return DocumentMatch(doc_id=doc.doc_id, token_ids=doc.token_ids, metadata=doc.metadata, shard=doc.shard,
-                         text=text, spans=doc_spans(index, doc_id, cnf, ids, term_off))
+                         text=text, spans=spans(doc_id))

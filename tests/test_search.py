@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import built_index, make_index
 from infinigram_hf import InfiniGramIndex, SearchResult, TokenizerMismatchError
 from infinigram_hf.build import build_index
-from infinigram_hf.search import MAX_CLAUSES, MAX_TERMS, parse_query, search_docs
+from infinigram_hf.search import MAX_CLAUSES, MAX_TERMS, doc_spans, parse_query, search_docs
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -135,6 +135,7 @@ def test_single_ngram_forms(scratch_dir):
     assert index.search_docs([7]).count == 0 and index.search_docs([7]).doc_ids.size == 0
     assert index.search_docs([2], maxnum=0).documents == ()
     assert parse_query([[[1, 2], [3]], [[4]]]) == (((1, 2), (3,)), ((4,),))
+    assert doc_spans(index, 1, [[[1, 2]], [[3], [2]]]).tolist() == [[0, 1, 1, 0], [1, 2, 0, 0], [2, 1, 1, 1]]
     index.close()
 
 
