@@ -17,13 +17,16 @@ def shard_peak_bytes(total_len: int, token_width: int) -> int:
 class ShardWriter:
     """Collects documents for one shard and writes tokens.bin, sa.bin, docs.bin, unigram.bin."""
 
-    def __init__(self, shard_dir: Path, token_width: int, vocab_size: int):
+    def __init__(self, shard_dir: Path, token_width: int, vocab_size: int, ntd_cache_min_cost: int = 2048):
         self.dir = Path(shard_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         out = ffi.new("ig_writer **")
         err = err_buffer()
         check(lib.ig_writer_new(out, os.fsencode(self.dir), token_width, vocab_size, err, len(err)), err)
         self._w = ffi.gc(out[0], lib.ig_writer_free)
+        if isinstance(ntd_cache_min_cost, bool) or not isinstance(ntd_cache_min_cost, int) or ntd_cache_min_cost < 0:
+            raise ValueError(f"ntd_cache_min_cost must be an int >= 0 (0 = off), got {ntd_cache_min_cost!r}")
+        lib.ig_writer_set_ntd_cache(self._w, ntd_cache_min_cost)
 
     def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Append documents: document i is ids[offsets[i]:offsets[i+1]]."""

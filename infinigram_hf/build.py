@@ -164,6 +164,7 @@ def build_index(
     overwrite: bool = False,
     save_tokenizer: bool = True,
     progress: bool = True,
+    ntd_cache_min_cost: int = 2048,
 ) -> InfiniGramIndex:
     """Build an ∞-gram index and return it opened.
 
@@ -185,6 +186,9 @@ def build_index(
         overwrite: replace an existing index at out_dir (only once the new one is complete).
         save_tokenizer: save an HF tokenizer inside the index (index/tokenizer/) for the CLI.
         progress: show a tqdm progress bar (documents, tokens/s).
+        ntd_cache_min_cost: precompute the exact next-token distributions of the 1- to 3-token
+            contexts whose walk at query time would take about this many suffix-array probes or
+            more (file ntdcache.bin, a few % of the index); 0 turns it off.
     """
     out = Path(out_dir).absolute()
     if out.exists() and not overwrite:
@@ -221,7 +225,7 @@ def build_index(
 
         def open_shard() -> tuple[ShardWriter, Optional[fmt.DocMetaWriter]]:
             d = tmp / fmt.shard_dir_name(len(shards))
-            w = ShardWriter(d, width, int(vocab_size))
+            w = ShardWriter(d, width, int(vocab_size), ntd_cache_min_cost=ntd_cache_min_cost)
             return w, (fmt.DocMetaWriter(d) if has_meta else None)
 
         def close_shard() -> None:

@@ -252,7 +252,7 @@ class InfiniGramIndex:
 
     def count(self, ids: Any) -> int:
         """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
-        if type(ids) is list:  # fast path (a few µs): cffi converts and range-checks the ints
+        if type(ids) is list and all(type(t) is int for t in ids):  # fast path (a few µs)
             try:
                 buf = ffi.new("uint32_t[]", ids)
             except (OverflowError, TypeError):
