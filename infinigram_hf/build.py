@@ -212,7 +212,11 @@ def build_index(
         shard_cap = min(shard_cap, int(max_shard_tokens))
 
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as exc:  # name the index the user asked for, not our temp dir
+        raise type(exc)(exc.errno, f"cannot build the index {out}: cannot create a directory in "
+                        f"{out.parent} ({exc.strerror}); is it read-only?") from None
     tokenized = None
     writer: Optional[ShardWriter] = None
     metawriter: Optional[fmt.DocMetaWriter] = None

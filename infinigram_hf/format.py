@@ -64,7 +64,7 @@ def read_meta(index_dir: Path) -> dict[str, Any]:
     path = Path(index_dir) / META_FILE
     try:
         size = path.stat().st_size
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise IndexFormatError(f"{path}: missing; {index_dir} is not an infinigram_hf index") from None
     if size > MAX_META_BYTES:
         raise IndexFormatError(f"{path}: {size} bytes is too large for index metadata")
@@ -72,6 +72,8 @@ def read_meta(index_dir: Path) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise IndexFormatError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:  # a directory, unreadable, ...
+        raise IndexFormatError(f"{path}: cannot be read ({exc.strerror})") from None
     if not isinstance(meta, dict):
         raise IndexFormatError(f"{path}: expected a JSON object")
     for key, typ in _REQUIRED.items():
@@ -133,6 +135,10 @@ class DocMetadata:
         idx_path = Path(shard_dir) / DOCMETA_INDEX_FILE
         self.available = self.path.exists() and idx_path.exists()
         if not self.available:
+            if self.path.exists() or idx_path.exists():  # one without the other is damage
+                missing, present = (idx_path, self.path) if self.path.exists() else (self.path, idx_path)
+                raise IndexFormatError(f"{missing}: missing while {present.name} is there; the document "
+                                       "metadata is damaged")
             return
         raw = idx_path.read_bytes()
         if len(raw) < HEADER_SIZE:

@@ -316,14 +316,20 @@ class InfiniGramIndex:
 
     def _ntd(self, q: np.ndarray, suffix_len: int) -> NextTokenDistribution:
         ctx = q[len(q) - suffix_len:] if suffix_len else _EMPTY
-        cap = self.vocab_size + 1
-        toks = np.empty(cap, dtype=np.uint32)
-        cnts = np.empty(cap, dtype=np.uint64)
+        # Start small and grow to what the core says it needs: vocab_size + 1 entries would be
+        # 48 GiB for a 32-bit vocabulary.
+        cap = min(self.vocab_size + 1, 4096)
         n_out, total = ffi.new("int64_t *"), ffi.new("uint64_t *")
         err = err_buffer()
-        with self._handle() as ix:
-            rc = lib.ig_ntd(ix, ptr(ctx, "uint32_t"), len(ctx), ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
-                            cap, n_out, total, err, len(err))
+        while True:
+            toks = np.empty(cap, dtype=np.uint32)
+            cnts = np.empty(cap, dtype=np.uint64)
+            with self._handle() as ix:
+                rc = lib.ig_ntd(ix, ptr(ctx, "uint32_t"), len(ctx), ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
+                                cap, n_out, total, err, len(err))
+            if rc != lib.IG_ERR_CAPACITY or int(n_out[0]) <= cap:
+                break
+            cap = int(n_out[0])
         check(rc, err)
         n, tot = int(n_out[0]), int(total[0])
         toks, cnts = toks[:n].copy(), cnts[:n].copy()

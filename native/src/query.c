@@ -230,17 +230,16 @@ int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *to
     return n;
 }
 
-/* Merge the sorted list (t2, c2, n2) into (t1, c1, *n1) using tmp buffers of size cap. */
-static int64_t merge_into(uint32_t *t1, uint64_t *c1, int64_t n1, const uint32_t *t2,
-                          const uint64_t *c2, int64_t n2, uint32_t *tt, uint64_t *tc) {
+/* Merge the sorted lists (t1, c1, n1) and (t2, c2, n2) into (tt, tc), which must hold n1 + n2
+   entries and not overlap the inputs; returns the merged length. */
+static int64_t merge_lists(const uint32_t *t1, const uint64_t *c1, int64_t n1, const uint32_t *t2,
+                           const uint64_t *c2, int64_t n2, uint32_t *tt, uint64_t *tc) {
     int64_t i = 0, j = 0, n = 0;
     while (i < n1 || j < n2) {
         if (j >= n2 || (i < n1 && t1[i] < t2[j])) { tt[n] = t1[i]; tc[n++] = c1[i++]; }
         else if (i >= n1 || t2[j] < t1[i]) { tt[n] = t2[j]; tc[n++] = c2[j++]; }
         else { tt[n] = t1[i]; tc[n++] = c1[i++] + c2[j++]; }
     }
-    memcpy(t1, tt, (size_t)n * sizeof *t1);
-    memcpy(c1, tc, (size_t)n * sizeof *c1);
     return n;
 }
 
@@ -253,27 +252,39 @@ int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks
         *n_out = n;
         return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
     }
-    /* Several shards: walk each into scratch, merge into the output. */
+    /* Several shards: walk each into scratch, merge into the output. A valid index has at most
+       min(vocab_size + 1, occurrences) distinct next tokens: size the buffers by that, not by the
+       vocabulary (2^32 entries for a 32-bit one). More entries only come from corrupt files. */
+    int64_t occ = 0;
+    for (int i = 0; i < ix->n_shards; i++) occ += rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
     int64_t full = (int64_t)ix->vocab_size + 1;
-    uint32_t *st = malloc((size_t)full * 2 * sizeof(uint32_t));
-    uint64_t *sc = malloc((size_t)full * 2 * sizeof(uint64_t));
-    uint32_t *mt = malloc((size_t)full * sizeof(uint32_t));
+    if (occ < full) full = occ > 0 ? occ : 1;
+    uint32_t *st = malloc((size_t)full * sizeof(uint32_t));     /* one shard's walk */
+    uint64_t *sc = malloc((size_t)full * sizeof(uint64_t));
+    uint32_t *mt = malloc((size_t)full * sizeof(uint32_t));     /* merged so far */
     uint64_t *mc = malloc((size_t)full * sizeof(uint64_t));
-    if (!st || !sc || !mt || !mc) {
-        free(st); free(sc); free(mt); free(mc);
-        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    }
+    uint32_t *tt = malloc((size_t)full * 2 * sizeof(uint32_t)); /* merge target */
+    uint64_t *tc = malloc((size_t)full * 2 * sizeof(uint64_t));
+    int rc = IG_OK;
     int64_t n = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
+    if (!st || !sc || !mt || !mc || !tt || !tc) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < ix->n_shards && !rc; i++) {
         if (rs[i].hi <= rs[i].lo) continue;
-        int64_t m = walk_range(&ix->shards[i], w, rs[i], d, st + full, sc + full, full);
-        n = merge_into(mt, mc, n, st + full, sc + full, m, st, sc);
+        int64_t m = walk_range(&ix->shards[i], w, rs[i], d, st, sc, full);
+        if (m <= full) n = merge_lists(mt, mc, n, st, sc, m, tt, tc);
+        if (m > full || n > full) {
+            rc = ig_fail(err, errlen, IG_ERR_FORMAT, "shard %d: suffix array or tokens are corrupt", i);
+            break;
+        }
+        memcpy(mt, tt, (size_t)n * sizeof *mt);
+        memcpy(mc, tc, (size_t)n * sizeof *mc);
     }
-    if (n <= cap) {
+    if (!rc && n <= cap) {
         memcpy(toks, mt, (size_t)n * sizeof *toks);
         memcpy(cnts, mc, (size_t)n * sizeof *cnts);
     }
-    free(st); free(sc); free(mt); free(mc);
+    free(st); free(sc); free(mt); free(mc); free(tt); free(tc);
+    if (rc) return rc;
     *n_out = n;
     return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
 }

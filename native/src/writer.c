@@ -228,6 +228,7 @@ static void map_separators(ig_writer *w, uint32_t from, uint32_t to) {
 static int run_sais(ig_writer *w, int32_t *sa, char *err, size_t errlen) {
     uint32_t K = w->vocab_size + 1;
     int rc;
+    if (w->len == 0) return IG_OK; /* no documents: nothing to sort (and tokens is NULL) */
     map_separators(w, w->sep, w->vocab_size);
     switch (w->width) {
     case 1: rc = ig_sais_u8(w->tokens, sa, w->len, K); break;
