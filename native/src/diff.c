@@ -72,6 +72,12 @@ static int64_t net_next(const ig_index *P, const ig_index *M, const ig_range *rp
    (usually after two tokens). np / nm are scratch. Sets *neg on a negative count. */
 static int net_sparse(const ig_index *P, const ig_index *M, const ig_range *rp, const ig_range *rm, int64_t d,
                       ig_range *np, ig_range *nm, int *neg) {
+    /* Fast paths (the caller knows the net count of the context is positive): one distinct
+       token in plus stays the one token; with nothing removed here, plus decides alone. */
+    if (is_sparse(P, rp, d)) return 1;
+    int removed = 0;
+    for (int i = 0; i < M->n_shards; i++) removed |= rm[i].hi > rm[i].lo;
+    if (!removed) return 0;
     int found = 0, w = P->token_width;
     uint32_t t0 = 0;
     for (int i = 0; i < P->n_shards; i++) {
