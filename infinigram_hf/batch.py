@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 import numpy as np
 
 from ._native import check, err_buffer, ffi, lib
-from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
+from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution
 
 if TYPE_CHECKING:
     from .index import InfiniGramIndex
@@ -312,3 +312,31 @@ def score_batch(index: "InfiniGramIndex", sequences: Any, *, offsets: Any = None
         probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
     return BatchScoreResult(offsets=offs - a, probs=probs, counts=num, prompt_counts=den, suffix_len=slen[a:b],
                             sparse=sparse[a:b].astype(bool))
+
+
+def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
+            max_support: Optional[int] = None) -> "NextTokenDistribution":
+    """One prompt's next-token distribution (q: uint32 ids) through the batch core: one search
+    for the suffix, one walk, and output arrays sized exactly."""
+    offs = ffi.new("int64_t[2]", [0, len(q)])
+    out = ffi.new("ig_ntd_batch **")
+    err = err_buffer()
+    mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
+    with index._handle() as ix:
+        rc = lib.ig_ntd_batch_run(ix, _p(q, "uint32_t"), len(q), offs, 1, mode, _max_support(max_support), 1, out,
+                                  err, len(err))
+    check(rc, err)
+    h = out[0]
+    try:
+        m = int(lib.ig_ntd_batch_entries(h))
+        toks, cnts = np.empty(m, dtype=np.uint32), np.empty(m, dtype=np.uint64)
+        slen, tot = ffi.new("int64_t *"), ffi.new("uint64_t *")
+        flags = ffi.new("uint8_t[2]")
+        check(lib.ig_ntd_batch_copy(h, ffi.NULL, _p(toks, "uint32_t"), _p(cnts, "uint64_t"), m, slen, tot, flags,
+                                    flags + 1, err, len(err)), err)
+    finally:
+        lib.ig_ntd_batch_free(h)
+    total = int(tot[0])
+    return NextTokenDistribution(token_ids=toks, counts=cnts, probs=cnts / total if total else np.zeros(m),
+                                 total=total, suffix_len=int(slen[0]), sparse=bool(flags[0]),
+                                 approximate=bool(flags[1]))
