@@ -185,6 +185,34 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, 
                                    np.concatenate(doc_of) if doc_of else [])
 
 
+def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
+               text_column: str = "text") -> TokenScores:
+    """The same tokens with P_∞ from another index; the neural side is reused, not recomputed.
+
+    `data` must be what `scores` were computed on. Useful for datastore ablations.
+
+    Example:
+        >>> small = with_index(res.scores, tok, texts, InfiniGramIndex.open("quarter"))  # doctest: +SKIP
+        >>> interpolate(small, 0.5, 0.2).perplexity                                    # doctest: +SKIP
+    """
+    if tokenizer is not None:
+        check_tokenizer(index, tokenizer)
+    docs = _documents(data, tokenizer, text_column)
+    per_doc = np.bincount(scores.doc_index, minlength=len(docs))
+    if len(per_doc) != len(docs):
+        raise ValueError(f"scores cover {len(per_doc)} documents but data has {len(docs)}")
+    p, sp, en = [], [], []
+    for d, k in zip(docs, per_doc.tolist()):
+        if k > len(d):
+            raise ValueError("scores do not match data: a document has more scored tokens than tokens")
+        if k:
+            a, b, c = infgram_scores(index, d)  # the full prefix is the context
+            p.append(a[len(d) - k:]); sp.append(b[len(d) - k:]); en.append(c[len(d) - k:])
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
+    return TokenScores.from_arrays(scores.neural_logprob, cat(p, np.float64), cat(sp, bool), cat(en, np.int64),
+                                   scores.doc_index)
+
+
 def perplexity(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *, window: int = 1024,
                stride: int = 512, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
                lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, text_column: str = "text",

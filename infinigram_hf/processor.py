@@ -11,14 +11,12 @@ that run after user processors (temperature, top-k, top-p) act on the mixture.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from .errors import TokenizerMismatchError
-from ._ntd_cache import NtdCache
 from .index import InfiniGramIndex
 from .tokenization import tokenizer_name, vocab_fingerprint
 
@@ -85,8 +83,9 @@ class InfiniGramLogitsProcessor(_Base):
             mass is dropped and P_∞ renormalized over real tokens.
         model_vocab_size: the model's output size, to check it early (it is checked on the first
             call anyway). Rows of a larger model vocabulary get no ∞-gram mass.
-        cache_size: next-token distributions kept per matched suffix (LRU). The cache is keyed by
-            the context, so draft prefixes that assisted decoding later rejects cannot corrupt it.
+        cache_size: next-token distributions kept per matched suffix (LRU). Contexts are cached
+            by their token ids (`SuffixCache`): each generated token costs about one binary search,
+            and draft prefixes that assisted decoding later rejects cannot corrupt anything.
 
     Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
     no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
@@ -124,7 +123,8 @@ class InfiniGramLogitsProcessor(_Base):
         if model_vocab_size is not None:
             check_model_vocab(index, int(model_vocab_size))
         self._checked_width = -1
-        self._cache = NtdCache(index, eos_token_id=self.eos_token_id, max_entries=cache_size)
+        # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
+        self._cache = index.suffix_cache(max_distributions=cache_size)
 
     # ------------------------------------------------------------ contexts
 
@@ -133,10 +133,9 @@ class InfiniGramLogitsProcessor(_Base):
         follows the last document boundary (EOS, or an id the index cannot hold)."""
         start = 0
         pad = self.pad_token_id
-        if pad is not None and pad != self.eos_token_id:
-            n = len(ids)
-            while start < n and ids[start] == pad:
-                start += 1
+        if pad is not None and pad != self.eos_token_id and len(ids) and ids[0] == pad:
+            not_pad = np.flatnonzero(ids != pad)
+            start = int(not_pad[0]) if len(not_pad) else len(ids)
         boundary = ids[start:] >= self.index.vocab_size
         if self.eos_token_id is not None:
             boundary |= ids[start:] == self.eos_token_id
@@ -145,12 +144,35 @@ class InfiniGramLogitsProcessor(_Base):
             start += int(hits[-1]) + 1
         return ids[start:]
 
-    def distribution(self, ids: Any) -> Tuple[np.ndarray, np.ndarray, int, bool]:
-        """(token ids, P_∞ probabilities, effective n, sparse) for one row of ids; ids empty when
-        the ∞-gram has nothing to say (e.g. only end-of-document with no EOS id)."""
-        row = np.asarray(ids.detach().cpu().numpy() if hasattr(ids, "detach") else ids, dtype=np.int64)
-        entry = self._cache.lookup(self.context(row).astype(np.uint32))
-        return entry.token_ids, entry.probs, entry.effective_n, entry.sparse
+    def _p_inf(self, rows_np: np.ndarray, width: int):
+        """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
+        stays neural). One batched, cached query for all rows."""
+        n = rows_np.shape[0]
+        d = self._cache.ntd_batch([self.context(rows_np[r]) for r in range(n)])
+        row_of = d.rows
+        tok = d.token_ids.astype(np.int64)
+        cnt = d.counts.astype(np.float64)
+        total = d.total.astype(np.float64)
+        is_sep = tok == self.index.separator_id
+        if self.eos_token_id is None:  # nowhere to put end-of-document: drop it, renormalize
+            if is_sep.any():
+                total = total - np.bincount(row_of[is_sep], weights=cnt[is_sep], minlength=n)
+                keep = ~is_sep
+                tok, cnt, row_of = tok[keep], cnt[keep], row_of[keep]
+        elif is_sep.any():
+            tok[is_sep] = self.eos_token_id
+            if (d.token_ids == self.eos_token_id).any():  # EOS also a real token somewhere: merge
+                key, inv = np.unique(row_of * width + tok, return_inverse=True)
+                cnt = np.bincount(inv.reshape(-1), weights=cnt)
+                row_of, tok = key // width, key % width
+        lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
+        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
+        lam = np.where(active, lam, 0.0)
+        sel = active[row_of]
+        row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
+        with np.errstate(divide="ignore"):
+            logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
+        return row_of, tok, logv, lam
 
     # ------------------------------------------------------------ the call
 
@@ -162,33 +184,22 @@ class InfiniGramLogitsProcessor(_Base):
                 raise ValueError(f"eos_token_id {self.eos_token_id} is outside the model's {width} scores")
             self._checked_width = width
         logp = torch.log_softmax(scores.float(), dim=-1)
-        rows_np = input_ids.detach().cpu().numpy()
-        rows, cols, vals, lams = [], [], [], []
-        for r in range(rows_np.shape[0]):
-            entry = self._cache.lookup(self.context(rows_np[r]).astype(np.uint32))
-            if entry.effective_n < self.min_effective_n or len(entry.token_ids) == 0:
-                continue
-            lam = self.lambda_sparse if entry.sparse else self.lambda_dense
-            if lam == 0.0:
-                continue
-            rows.append(r)
-            lams.append(lam)
-            cols.append(entry.token_tensor)
-            vals.append(entry.log_probs + math.log(lam))
-        if not rows:
+        row_of, tok, logv, lam = self._p_inf(input_ids.detach().cpu().numpy(), width)
+        if not len(row_of):
             return logp.to(scores.dtype)
         # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
         # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
-        lam_t = torch.zeros(logp.shape[0], 1, dtype=logp.dtype)
-        lam_t[rows, 0] = torch.tensor(lams, dtype=logp.dtype)
-        out = logp + torch.log1p(-lam_t).to(logp.device)
-        r_idx = torch.cat([torch.full((len(c),), r, dtype=torch.long) for r, c in zip(rows, cols)]).to(logp.device)
-        c_idx = torch.cat(cols).to(logp.device)
-        add = torch.cat(vals).to(device=logp.device, dtype=logp.dtype)
-        cur = out[r_idx, c_idx]
-        mixed = torch.logaddexp(cur, add)
-        masked = torch.isneginf(logp[r_idx, c_idx])  # forbidden by an earlier processor: stays so
-        out[r_idx, c_idx] = torch.where(masked, logp[r_idx, c_idx], mixed)
+        dev = logp.device
+        with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
+            shift = np.log1p(-lam)
+        out = logp + torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)[:, None]
+        r_idx = torch.from_numpy(row_of).to(dev)
+        c_idx = torch.from_numpy(tok).to(dev)
+        add = torch.from_numpy(logv).to(device=dev, dtype=logp.dtype)
+        neural = logp[r_idx, c_idx]
+        mixed = torch.logaddexp(out[r_idx, c_idx], add)
+        # Tokens an earlier processor forbade (-inf) stay forbidden.
+        out[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
         return out.to(scores.dtype)
 
 

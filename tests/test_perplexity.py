@@ -14,7 +14,7 @@ from hf_tiny import TEXTS, make_tokenizer, tiny_index, tiny_model, tiny_tok  # n
 from infinigram_hf import TokenizerMismatchError
 from infinigram_hf.build import build_index
 from infinigram_hf.interpolation import TokenScores, interpolate, relative_improvement, tune_lambdas
-from infinigram_hf.perplexity import perplexity, windows
+from infinigram_hf.perplexity import perplexity, windows, with_index
 
 # Three short "documents": one copied from the index, one partly, one not at all.
 DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]
@@ -136,3 +136,16 @@ def test_token_scores_roundtrip_and_concat(tmp_path):
     assert relative_improvement(1.0, 5.0) == 100.0 and relative_improvement(5.0, 5.0) == 0.0
     with pytest.raises(ValueError):
         TokenScores.from_arrays([1.0], [1.0, 2.0], [True], [1])
+
+
+def test_with_index_rescores_only_the_infgram_side(tiny_model, tiny_tok, tiny_index, small_index):
+    full = perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=16, stride=8, progress=False).scores
+    small = perplexity(tiny_model, tiny_tok, DOCS, small_index, window=16, stride=8, progress=False).scores
+    swapped = with_index(full, tiny_tok, DOCS, small_index)
+    for name in ("neural_logprob", "infgram_prob", "sparse", "effective_n", "doc_index"):
+        np.testing.assert_array_equal(getattr(swapped, name), getattr(small, name))
+    no_bos = perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=16, stride=8, add_bos=False,
+                        progress=False).scores
+    np.testing.assert_array_equal(with_index(no_bos, tiny_tok, DOCS, tiny_index).infgram_prob, no_bos.infgram_prob)
+    with pytest.raises(ValueError, match="documents"):
+        with_index(full, tiny_tok, DOCS[:2], tiny_index)
