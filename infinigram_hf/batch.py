@@ -19,6 +19,7 @@ Example:
 """
 from __future__ import annotations
 
+import array
 import itertools
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .index import InfiniGramIndex
 
 _U32_MAX = 0xFFFFFFFF
+_U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
 
 
 class Ragged(NamedTuple):
@@ -91,6 +93,17 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
     """
     if isinstance(queries, Ragged):
         queries, offsets = queries.values, queries.offsets
+    if offsets is None and lengths is None and type(queries) is list and all(type(q) is list for q in queries):
+        # Fast path for lists of int lists: C-speed conversion (negatives, ids >= 2**32 and
+        # non-integers raise, and take the general path below for the message).
+        offs = np.zeros(len(queries) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, queries), dtype=np.int64, count=len(queries)), out=offs[1:])
+        try:
+            buf = array.array(_U32_CODE, itertools.chain.from_iterable(queries))
+        except (OverflowError, TypeError):
+            pass
+        else:
+            return (np.frombuffer(buf, dtype=np.uint32) if len(buf) else np.zeros(0, dtype=np.uint32)), offs
     if offsets is not None:
         values = np.asarray(_to_numpy(queries))
         if values.ndim != 1:
@@ -318,25 +331,27 @@ def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
             max_support: Optional[int] = None) -> "NextTokenDistribution":
     """One prompt's next-token distribution (q: uint32 ids) through the batch core: one search
     for the suffix, one walk, and output arrays sized exactly."""
-    offs = ffi.new("int64_t[2]", [0, len(q)])
+    ints = ffi.new("int64_t[3]", [0, len(q), 0])  # offsets, then the suffix length
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
+    qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run(ix, _p(q, "uint32_t"), len(q), offs, 1, mode, _max_support(max_support), 1, out,
-                                  err, len(err))
+        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support) if max_support else 0,
+                                  1, out, err, len(err))
     check(rc, err)
     h = out[0]
     try:
         m = int(lib.ig_ntd_batch_entries(h))
         toks, cnts = np.empty(m, dtype=np.uint32), np.empty(m, dtype=np.uint64)
-        slen, tot = ffi.new("int64_t *"), ffi.new("uint64_t *")
+        tot = ffi.new("uint64_t *")
         flags = ffi.new("uint8_t[2]")
-        check(lib.ig_ntd_batch_copy(h, ffi.NULL, _p(toks, "uint32_t"), _p(cnts, "uint64_t"), m, slen, tot, flags,
+        check(lib.ig_ntd_batch_copy(h, ffi.NULL, ffi.from_buffer("uint32_t[]", toks) if m else ffi.NULL,
+                                    ffi.from_buffer("uint64_t[]", cnts) if m else ffi.NULL, m, ints + 2, tot, flags,
                                     flags + 1, err, len(err)), err)
     finally:
         lib.ig_ntd_batch_free(h)
     total = int(tot[0])
     return NextTokenDistribution(token_ids=toks, counts=cnts, probs=cnts / total if total else np.zeros(m),
-                                 total=total, suffix_len=int(slen[0]), sparse=bool(flags[0]),
+                                 total=total, suffix_len=int(ints[2]), sparse=bool(flags[0]),
                                  approximate=bool(flags[1]))
