@@ -454,8 +454,15 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
         while (i < m && CAND_SHARD(cand[i]) == sh && CAND_POS(cand[i]) < end) i++;
     }
 
+    /* With a distance limit, an exact anchor is scanned around, not across documents. */
+    uint64_t scan_cost = cand_len;
+    if (D >= 0 && !sampled && (uint64_t)D < ((uint64_t)1 << 40) / m) {
+        uint64_t around = m * (2 * (uint64_t)D + 1);
+        if (around < scan_cost) scan_cost = around;
+    }
+
     /* 3. how each other clause is checked: sorted positions when that is cheaper than scanning
-       the candidates (about 30 scanned tokens cost one random suffix-array read plus sorting). */
+       (about 30 scanned tokens cost one random suffix-array read plus sorting). */
     scanner sc;
     memset(&sc, 0, sizeof sc);
     int n_scan = 0;
@@ -465,7 +472,7 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
             if (!sampled) continue;
             /* a sampled anchor is scanned: its occurrences per document weigh the estimate */
         } else if (opts->check != IG_SEARCH_CHECK_SCAN && cl[c].count <= maxfreq &&
-                   (opts->check == IG_SEARCH_CHECK_SORTED || cl[c].count * 32 <= cand_len)) {
+                   (opts->check == IG_SEARCH_CHECK_SORTED || cl[c].count * 32 <= scan_cost)) {
             cl[c].mode = MODE_SORTED;
             if ((rc = materialize(ix, rng, clause_off[c], clause_off[c + 1], &cl[c]))) goto done;
             continue;
@@ -493,7 +500,27 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
         int ok = 1;
         uint64_t counts[IG_SEARCH_MAX_CLAUSES] = {0};
         scan_occ.n = 0;
-        if (n_scan) {
+        if (n_scan && D >= 0 && !sampled) {
+            /* every window holds an anchor occurrence (all of them are candidates here), so only
+               starts within D of one matter: scan those stretches, merged, once each */
+            int64_t lo = 0, hi = 0;
+            for (uint64_t k = g0; k <= i && !rc; k++) {
+                int64_t l = a, h = b;
+                if (k < i) {
+                    int64_t p = CAND_POS(cand[k]);
+                    l = p - D > a ? p - D : a;
+                    h = p + D + 1 < b ? p + D + 1 : b;
+                    if (l <= hi && k > g0) {
+                        if (h > hi) hi = h;
+                        continue;
+                    }
+                }
+                if (k > g0) rc = scan_range(s, w, lo, hi, &sc, counts, &scan_occ, (int32_t)n_clauses, 0);
+                lo = l;
+                hi = h;
+            }
+            if (rc) goto done;
+        } else if (n_scan) {
             /* existence only can stop early; the window and the estimate need every occurrence */
             int stop = (D < 0 && !sampled) ? n_scan : 0;
             if ((rc = scan_range(s, w, a, b, &sc, counts, D >= 0 ? &scan_occ : NULL, (int32_t)n_clauses, stop)))
