@@ -143,3 +143,24 @@ def test_refuses_incompatible_and_non_subset_indexes(scratch_dir):
         full.difference(make_index([[1]], scratch_dir, vocab_size=5)).count([9])
     with pytest.raises(AttributeError, match="documents"):
         full.difference(make_index([[1]], scratch_dir, vocab_size=5)).search_docs([1])
+
+
+def test_threads_get_the_serial_answers(scratch_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(4)
+    docs = [list(rng.integers(0, 5, size=int(rng.integers(0, 40)))) for _ in range(60)]
+    full = make_index(docs, scratch_dir, vocab_size=5, max_shard_tokens=300)
+    removed = make_index(docs[::3], scratch_dir, vocab_size=5)
+    diff = full.difference(removed)
+    prompts = [list(rng.integers(0, 5, size=int(rng.integers(0, 12)))) for _ in range(50)]
+
+    def answer(i: int):
+        p = prompts[i % 50]
+        return (diff.count(p), diff.infgram_ntd(p).as_dict(), diff.infgram_prob(p, i % 5).prob,
+                diff.score(p).probs.tolist())
+
+    serial = [answer(i) for i in range(200)]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(answer, range(200))) == serial
+    full.close(), removed.close()

@@ -232,3 +232,23 @@ def test_metadata_round_trips_through_get_doc_and_search(scratch_dir, tmp_path):
         doc_id, offset = index.locate(shard, pos)
         assert rows[doc_id]["text"][offset:offset + 5] == "gamma"
     index.close()
+
+
+def test_threads_get_the_serial_answers(scratch_dir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    docs = [list(rng.integers(0, 6, size=int(rng.integers(0, 60)))) for _ in range(80)]
+    index = make_index(docs, scratch_dir, vocab_size=6, max_shard_tokens=400)
+    queries = [[[list(rng.integers(0, 6, size=int(rng.integers(1, 3))))] for _ in range(int(rng.integers(1, 3)))]
+               for _ in range(40)]
+    kw = [dict(max_diff_tokens=d, max_clause_freq=f) for d in (None, 5) for f in (3, 50_000)]
+
+    def answer(i: int):
+        r = index.search_docs(queries[i % 40], maxnum=2, seed=i, **kw[i % 4])
+        return r.count, r.doc_ids.tolist(), [d.spans.tolist() for d in r.documents]
+
+    serial = [answer(i) for i in range(320)]
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(answer, range(320))) == serial
+    index.close()
