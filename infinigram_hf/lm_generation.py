@@ -122,7 +122,7 @@ def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] =
     Constraints, checked on the output text (length_unit "chars" or "tokens"):
         starts_with: the output begins with it (it is forced, then continued);
         ends_with: the output must end with it; without stop strings, generation ends at the
-            first token where it does (and min_length holds);
+            first token where the output ends with it and every other constraint holds;
         contains: every one of these substrings must appear;
         min_length / max_length: bounds on the output's length (exceeding max_length fails
             the try at once).
@@ -205,9 +205,8 @@ def _one_try(lm: "InfiniGramLM", cfg: Any, smp: Any, prompt_ids: np.ndarray, sw_
                 break
             if spec.max_length is not None and spec.unit == "chars" and len(text) > spec.max_length:
                 return None
-            if (spec.ends_with and not spec.stops and text.endswith(spec.ends_with)
-                    and len(text) > len(spec.starts_with)
-                    and (spec.min_length is None or spec.length(text, len(sw) + len(gen)) >= spec.min_length)):
+            if (spec.ends_with and not spec.stops and len(text) > len(spec.starts_with)
+                    and spec.satisfied(text, len(sw) + len(gen))):
                 reason, done = "ends_with", True
                 break
         if not done and ended:

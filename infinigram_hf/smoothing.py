@@ -207,11 +207,12 @@ def probs_from_levels(rows: np.ndarray, params: SmoothingParams, vocab: int,
 
 
 def tune(rows: np.ndarray, start: SmoothingParams, vocab: int, *, depths: int = DEFAULT_UNBOUNDED_DEPTHS,
-         tune_theta: bool = True, steps: int = 60, progress: bool = False) -> SmoothingParams:
+         tune_theta: bool = True, steps: int = 10, tol: float = 2e-5, progress: bool = False) -> SmoothingParams:
     """Per-depth discounts (and concentrations) that minimise the held-out negative
     log-likelihood of the positions in `rows` (InfiniGramLM.levels(with_cont=True) over held-out
-    text scored against an index that excludes it), starting from `start`. L-BFGS in torch;
-    discounts stay inside their valid ranges through sigmoids."""
+    text scored against an index that excludes it), starting from `start`. L-BFGS in torch (at
+    most `steps` rounds of 20 evaluations, stopping when a round gains less than `tol` nats per
+    token); discounts stay inside their valid ranges through sigmoids."""
     import torch
 
     if start.witten_bell:
@@ -262,13 +263,42 @@ def tune(rows: np.ndarray, start: SmoothingParams, vocab: int, *, depths: int = 
             loss = nll()
             loss.backward()
             return loss
-        loss = float(opt.step(closure))
+        loss = float(opt.step(closure).detach())
         if progress:
             print(f"tune step {step}: held-out ppl {math.exp(loss):.4f}")
-        if best - loss < 1e-7:
-            break
+        gain = best - loss
         best = min(best, loss)
+        if gain < tol:
+            break
+    best = float(nll().detach())
     d1, d2, d3, th = (t.detach().numpy().copy() for t in current())
     return SmoothingParams(d1, d2, d3, th, max_depth=start.max_depth, raw_top=start.raw_top,
                            raw_all=start.raw_all,
                            note=f"tuned on {len(uniq)} held-out tokens (held-out ppl {math.exp(best):.4f}); from: {start.note}")
+
+
+def fit(lm: "InfiniGramLM", heldout: Union[str, Sequence[Any]], *, start: Optional[SmoothingParams] = None,
+        depths: int = DEFAULT_UNBOUNDED_DEPTHS, first: int = 1, eod: bool = False, **kw: Any) -> SmoothingParams:
+    """Tune unbounded-order KN on held-out text: `lm` must be over an index that does NOT
+    contain `heldout` (e.g. the first 90% of the training split, held-out = the last 10%); the
+    parameters then serve an LM over the whole training split. Positions before `first` of each
+    text are left out, as in perplexity(). Returns the tuned SmoothingParams.
+
+    Example:
+        >>> params = fit(InfiniGramLM(tune_index), heldout_text)        # doctest: +SKIP
+        >>> InfiniGramLM(full_index).perplexity(val, smoothing=params)   # doctest: +SKIP
+    """
+    texts = [heldout] if isinstance(heldout, str) else list(heldout)
+    start = start if start is not None else lm.smoothing(None)
+    parts, offset = [], 0
+    for t in texts:
+        ids = lm.encode(t)
+        r = lm.levels(ids, begin=min(first, len(ids)), max_depth=lm.max_context if start.max_depth is None
+                      else start.max_depth, eod=eod, with_cont=True)
+        r[:, COL_POS] += offset  # positions of different texts must not collide
+        offset += len(ids)
+        parts.append(r)
+    rows = np.concatenate(parts) if parts else np.zeros((0, 14), dtype=np.int64)
+    if not len(rows):
+        raise ValueError("no held-out positions to tune on")
+    return tune(rows, start, lm.vocab_size + (1 if eod else 0), depths=depths, **kw)

@@ -45,7 +45,8 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     lm->child2 = calloc((size_t)lm->S, sizeof(ig_range));
     lm->lv_L = calloc((size_t)max_context + 1, sizeof(int64_t));
     lm->lv_T = calloc((size_t)max_context + 1, sizeof(uint64_t));
-    if (!lm->rows_a || !lm->rows_b || !lm->stamp_a || !lm->stamp_b || !lm->dense || !lm->idx ||
+    lm->nmemo = calloc((size_t)1 << LM_NMEMO_BITS, sizeof(lm_nmemo));
+    if (!lm->nmemo || !lm->rows_a || !lm->rows_b || !lm->stamp_a || !lm->stamp_b || !lm->dense || !lm->idx ||
         !lm->cursor || !lm->cursor2 || !lm->child || !lm->child2 || !lm->lv_L || !lm->lv_T ||
         lm_cache_init(lm, cache_entries ? cache_entries : LM_DEFAULT_CACHE) != IG_OK) {
         ig_lm_free(lm);
@@ -59,7 +60,7 @@ void ig_lm_free(ig_lm *lm) {
     if (!lm) return;
     free(lm->rows_a); free(lm->rows_b); free(lm->stamp_a); free(lm->stamp_b);
     free(lm->dense); free(lm->idx); free(lm->cursor); free(lm->cursor2);
-    free(lm->child); free(lm->child2); free(lm->lv_L); free(lm->lv_T); free(lm->cache);
+    free(lm->child); free(lm->child2); free(lm->nmemo); free(lm->lv_L); free(lm->lv_T); free(lm->cache);
     free(lm);
 }
 
@@ -117,8 +118,20 @@ static int64_t rows_init(ig_lm *lm, ig_range *rows, const uint32_t *ctx, int64_t
     return d;
 }
 
-/* Narrowing that scans small ranges instead of binary-searching them. */
-static inline ig_range narrow_small(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
+/* Narrowing that scans small ranges instead of binary-searching them, and memoises large
+   ones: the contexts of one or two tokens come back at almost every position. */
+static inline ig_range narrow_small(ig_lm *lm, int shard, ig_range r, int64_t d, uint32_t t) {
+    const ig_shard *s = &lm->ix->shards[shard];
+    int w = lm->w;
+    if (r.hi - r.lo >= LM_NMEMO_MIN) {
+        uint64_t h = ((uint64_t)r.lo * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)t * 0xC2B2AE3D27D4EB4Full) ^
+                     ((uint64_t)d << 20) ^ (uint64_t)shard;
+        lm_nmemo *e = &lm->nmemo[(h ^ (h >> 29)) & (((uint64_t)1 << LM_NMEMO_BITS) - 1)];
+        if (e->hi == r.hi && e->lo == r.lo && e->t == t && e->d == d && e->shard == shard) return e->out;
+        ig_range out = narrow1(s, w, r, d, t);
+        *e = (lm_nmemo){r.lo, r.hi, d, t, shard, out};
+        return out;
+    }
     if (r.hi - r.lo > 8) return narrow1(s, w, r, d, t);
     int64_t a = r.lo;
     while (a < r.hi && tok_rank(s, w, a, d) < t) a++;
@@ -142,7 +155,7 @@ static int64_t rows_push(ig_lm *lm, const ig_range *cur, int64_t depth, ig_range
             const ig_shard *sh = &lm->ix->shards[s];
             if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
             else if (L == 0) b[s] = first_token_range(sh, lm->w, t);
-            else b[s] = narrow_small(sh, lm->w, a[s], L, t);
+            else b[s] = narrow_small(lm, s, a[s], L, t);
             tot += (uint64_t)(b[s].hi - b[s].lo);
         }
         if (!tot) break;
@@ -171,10 +184,33 @@ static int is_single(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
     return have;
 }
 
+/* Without eod, the rows 1..E whose strings end a document (and so have a separator run to
+   leave out). A document-final occurrence of ctx_L is one of every shorter suffix too, so they
+   are a prefix: usually E = 0 after one check. */
+static int64_t sep_depth(const ig_lm *lm, ig_range *rows, int64_t top, int eod) {
+    if (eod) return 0;
+    int64_t E = 0;
+    for (int64_t L = 1; L <= top; L++) {
+        const ig_range *rs = lm_row(lm, rows, L);
+        int has = 0;
+        for (int s = 0; s < lm->S && !has; s++)
+            has = rs[s].hi > rs[s].lo && tok_rank(&lm->ix->shards[s], lm->w, rs[s].hi - 1, L) == lm->sep;
+        if (!has) break;
+        E = L;
+    }
+    return E;
+}
+
+/* Continuations of row L, given sep_depth's E. */
+static inline uint64_t row_T(const ig_lm *lm, ig_range *rows, int64_t L, int64_t E) {
+    const ig_range *rs = lm_row(lm, rows, L);
+    return L <= E ? lm_cont_total(lm, rs, L, 0) : rows_total(lm, rs);
+}
+
 /* Deepest row <= top with a continuation (-1 if none). */
 static int64_t deepest(const ig_lm *lm, ig_range *rows, int64_t top, int eod) {
-    int64_t L = top;
-    while (L >= 0 && lm_cont_total(lm, lm_row(lm, rows, L), L, eod) == 0) L--;
+    int64_t E = sep_depth(lm, rows, top, eod), L = top;
+    while (L >= 0 && row_T(lm, rows, L, E) == 0) L--;
     return L;
 }
 
@@ -182,9 +218,10 @@ static int64_t deepest(const ig_lm *lm, ig_range *rows, int64_t top, int eod) {
    each time the number of continuations strictly grows, at most k (k <= 0: all). */
 static int64_t backoff_levels(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_t depth) {
     int64_t top = depth < c->max_context ? depth : c->max_context, n = 0;
+    int64_t E = sep_depth(lm, rows, top, c->eod);
     uint64_t last = 0;
     for (int64_t L = top; L >= 1; L--) {
-        uint64_t T = lm_cont_total(lm, lm_row(lm, rows, L), L, c->eod);
+        uint64_t T = row_T(lm, rows, L, E);
         if (T > last) {
             lm->lv_L[n] = L;
             lm->lv_T[n] = T;

@@ -32,6 +32,18 @@ typedef struct {
 #define LM_HAVE_NLEFT 1
 #define LM_HAVE_STATS 2
 
+/* Memo of narrowings of large ranges (the short contexts that recur at every position). */
+typedef struct {
+    int64_t lo, hi;   /* the range narrowed (hi = 0: empty slot) */
+    int64_t d;
+    uint32_t t;
+    int32_t shard;
+    ig_range out;
+} lm_nmemo;
+
+#define LM_NMEMO_BITS 14
+#define LM_NMEMO_MIN 256 /* ranges at least this large are memoised */
+
 struct ig_lm {
     const ig_index *ix;
     int S, w;
@@ -46,6 +58,7 @@ struct ig_lm {
     uint32_t *idx;      /* V + 1: indices for sorting */
     int64_t *cursor, *cursor2; /* S each: merged follower walks (two, as walks nest) */
     ig_range *child, *child2;  /* S each */
+    lm_nmemo *nmemo;    /* 2^LM_NMEMO_BITS entries */
     int64_t *lv_L;      /* maxc + 1: back-off levels (context length, continuations) */
     uint64_t *lv_T;
 };

@@ -228,6 +228,20 @@ static void compute_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *st
 
 void lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out) {
     uint64_t tot = rows_total(lm, rs);
+    if (tot == 1) { /* one occurrence: one continuation, or the end of its document */
+        memset(out, 0, sizeof *out);
+        out->nleft = 1;
+        for (int s = 0; s < lm->S; s++)
+            if (rs[s].hi > rs[s].lo) {
+                if (tok_rank(&lm->ix->shards[s], lm->w, rs[s].lo, d) == lm->sep) {
+                    out->sep_raw = out->sep_cont = 1;
+                } else {
+                    out->total = out->ctotal = 1;
+                    out->types = out->r1 = out->c1 = 1;
+                }
+            }
+        return;
+    }
     if (tot <= LM_TINY) {
         compute_stats(lm, rs, d, out, 0);
         return;
