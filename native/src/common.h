@@ -38,6 +38,7 @@ typedef struct {
     const int64_t *ntc_rec;  /* ntc_n records {depth, lo, hi, first entry} */
     const uint32_t *ntc_ent; /* ntc_entries (token, count) pairs */
     int64_t ntc_n, ntc_entries;
+    int64_t ntc_min_count; /* contexts this frequent (depth 1..3) are all cached */
 } ig_shard;
 
 struct ig_index {

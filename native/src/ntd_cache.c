@@ -66,9 +66,10 @@ static int runs_push(runs *r, uint32_t t) {
     return 0;
 }
 
-/* The block of ranks [lo, hi) at depth d ended: keep its runs if walking them is expensive. */
+/* The block of ranks [lo, hi) at depth d ended: keep its runs if walking them is expensive or
+   the context is frequent (then narrowing it by a token is a search in its entries). */
 static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t hi, int64_t min_cost) {
-    if (hi <= lo || ig_ntc_walk_cost(hi - lo, r->n) < min_cost) return 0;
+    if (hi <= lo || (ig_ntc_walk_cost(hi - lo, r->n) < min_cost && hi - lo < IG_NTC_MIN_COUNT(min_cost))) return 0;
     if (grow_to((void **)&e->rec, &e->rec_cap, 4 * (e->n_rec + 1), sizeof *e->rec)) return -1;
     if (grow_to((void **)&e->ent, &e->ent_cap, 2 * (e->n_ent + r->n), sizeof *e->ent)) return -1;
     int64_t *rec = e->rec + 4 * e->n_rec++;
@@ -76,9 +77,11 @@ static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t
     rec[1] = lo;
     rec[2] = hi;
     rec[3] = e->n_ent; /* relative to this depth; rebased when written */
+    uint32_t start = 0; /* entries hold each token's first rank, relative to lo */
     for (int64_t j = 0; j < r->n; j++) {
         e->ent[2 * (e->n_ent + j)] = r->tok[j];
-        e->ent[2 * (e->n_ent + j) + 1] = r->cnt[j];
+        e->ent[2 * (e->n_ent + j) + 1] = start;
+        start += r->cnt[j];
     }
     e->n_ent += r->n;
     return 0;
@@ -146,7 +149,7 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
             h.width = 32;
             h.count = (uint64_t)n_rec;
             h.aux1 = (uint64_t)n_ent;
-            h.aux2 = (uint64_t)min_cost;
+            h.aux2 = (uint64_t)IG_NTC_MIN_COUNT(min_cost);
             int bad = write_all(f, &h, sizeof h);
             int64_t base = 0;
             for (int k = 1; k <= K && !bad; k++) {
@@ -223,23 +226,24 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
             q[3] < 0 || end < q[3] || end > m || (i == 0 && q[3] != 0) ||
             (i > 0 && (q[0] < q[-4] || (q[0] == q[-4] && q[1] < q[-2]))))
             return bad_file(s, path, "context records out of order or out of range", err, errlen);
-        uint64_t sum = 0;
+        if (end == q[3] || ent[2 * q[3] + 1] != 0)
+            return bad_file(s, path, "a context without entries, or not starting at its first rank", err, errlen);
         for (int64_t j = q[3]; j < end; j++) {
-            if (ent[2 * j + 1] == 0 || (ent[2 * j] >= vocab && ent[2 * j] != sep) ||
-                (j > q[3] && ent[2 * j] <= ent[2 * j - 2]))
-                return bad_file(s, path, "entries out of order", err, errlen);
-            sum += ent[2 * j + 1];
+            if ((ent[2 * j] >= vocab && ent[2 * j] != sep) || (int64_t)ent[2 * j + 1] >= q[2] - q[1] ||
+                (j > q[3] && (ent[2 * j] <= ent[2 * j - 2] || ent[2 * j + 1] <= ent[2 * j - 1])))
+                return bad_file(s, path, "entries out of order or beyond their context's range", err, errlen);
         }
-        if (sum != (uint64_t)(q[2] - q[1])) return bad_file(s, path, "counts do not add up to their context's", err, errlen);
     }
     s->ntc_rec = rec;
     s->ntc_ent = ent;
     s->ntc_n = n;
     s->ntc_entries = m;
+    s->ntc_min_count = (int64_t)h.aux2 > 0 ? (int64_t)h.aux2 : INT64_MAX;
     return IG_OK;
 }
 
-const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n) {
+/* The record of the context whose range at depth d is r, or NULL. */
+static const int64_t *find_record(const ig_shard *s, int64_t d, ig_range r) {
     int64_t a = 0, b = s->ntc_n;
     while (a < b) { /* first record >= (d, r.lo) */
         int64_t mid = a + (b - a) / 2;
@@ -248,8 +252,43 @@ const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n
     }
     if (a >= s->ntc_n) return NULL;
     const int64_t *q = s->ntc_rec + 4 * a;
-    if (q[0] != d || q[1] != r.lo || q[2] != r.hi) return NULL;
-    int64_t end = a + 1 < s->ntc_n ? q[7] : s->ntc_entries;
-    *n = end - q[3];
+    return q[0] == d && q[1] == r.lo && q[2] == r.hi ? q : NULL;
+}
+
+static int64_t record_end(const ig_shard *s, const int64_t *q) {
+    return q + 4 < s->ntc_rec + 4 * s->ntc_n ? q[7] : s->ntc_entries;
+}
+
+const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n) {
+    if (d < 1 || d > IG_NTC_MAX_DEPTH || !s->ntc_n) return NULL;
+    const int64_t *q = find_record(s, d, r);
+    if (!q) return NULL;
+    *n = record_end(s, q) - q[3];
     return s->ntc_ent + 2 * q[3];
+}
+
+int ig_ntc_narrow(const ig_shard *s, int64_t d, ig_range r, uint32_t t, ig_range *out) {
+    int64_t n;
+    const uint32_t *e = ig_ntc_find(s, d, r, &n);
+    if (!e) return 0;
+    int64_t a = 0, b = n;
+    while (a < b) { /* first entry with token >= t */
+        int64_t mid = a + (b - a) / 2;
+        if (e[2 * mid] < t) a = mid + 1; else b = mid;
+    }
+    if (a < n && e[2 * a] == t) {
+        out->lo = r.lo + e[2 * a + 1];
+        out->hi = a + 1 < n ? r.lo + e[2 * a + 3] : r.hi;
+    } else {
+        out->lo = out->hi = a < n ? r.lo + e[2 * a + 1] : r.hi;
+    }
+    return 1;
+}
+
+int64_t ig_ntc_copy(const uint32_t *e, int64_t n, ig_range r, uint32_t *toks, uint64_t *cnts, int64_t cap) {
+    for (int64_t j = 0; j < n && j < cap; j++) {
+        toks[j] = e[2 * j];
+        cnts[j] = (uint64_t)((j + 1 < n ? (int64_t)e[2 * j + 3] : r.hi - r.lo) - (int64_t)e[2 * j + 1]);
+    }
+    return n;
 }

@@ -6,10 +6,16 @@
  * (depth, range) and fall back to walking when a context is not there. The file is optional:
  * an index without it answers the same, only slower for those contexts.
  *
+ * Frequent contexts are stored as well, whatever their walk costs: narrowing one by a token is
+ * then a binary search in its entries (a few KB, cache-resident) instead of in the suffix array.
+ *
  * Layout after the 64-byte header (magic "IGHF-NTC", width 32, count = contexts,
- * aux1 = entries, aux2 = the cost threshold used):
+ * aux1 = entries, aux2 = min_count: every context of depth 1..3 with at least that many
+ * occurrences is stored):
  *   count records  {int64 depth, lo, hi, first_entry}   sorted by (depth, lo)
- *   aux1 entries   {uint32 token, uint32 count}          each context's tokens in increasing order
+ *   aux1 entries   {uint32 token, uint32 start}          each context's next tokens in increasing
+ *                                                        order; start = its first rank - lo, so a
+ *                                                        count is the next start - this start
  */
 #ifndef IG_NTD_CACHE_H
 #define IG_NTD_CACHE_H
@@ -20,6 +26,8 @@
 #define IG_NTC_MAX_DEPTH 3
 /* Default: cache a context when walking it would take about this many suffix-array probes. */
 #define IG_NTC_DEFAULT_MIN_COST 2048
+/* ... and every context occurring at least this often (see the header's aux2). */
+#define IG_NTC_MIN_COUNT(min_cost) (2 * (min_cost))
 
 /* Estimated probes of a walk over a range of n ranks holding distinct next tokens. */
 int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct);
@@ -33,8 +41,13 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
 int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *err, size_t errlen);
 void ig_ntc_close(ig_shard *s);
 
-/* The cached distribution of the context whose range at depth d is r, as *n (token, count)
-   uint32 pairs; NULL when it is not cached. */
+/* The cached entries of the context whose range at depth d is r, as *n (token, start) uint32
+   pairs; NULL when it is not cached. */
 const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n);
+/* Entries -> (token, count) lists (writes min(n, cap)); returns n. */
+int64_t ig_ntc_copy(const uint32_t *e, int64_t n, ig_range r, uint32_t *toks, uint64_t *cnts, int64_t cap);
+/* Narrow the cached context r (depth d) by token t into *out; 0 when r is not cached. An empty
+   result sits where t would be inserted. */
+int ig_ntc_narrow(const ig_shard *s, int64_t d, ig_range r, uint32_t t, ig_range *out);
 
 #endif

@@ -78,6 +78,9 @@ static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, 
    bisection until a rank holding t is hit, then the two bounds are searched on either side of it
    (an "equal range" search: about half the probes of two independent bisections). */
 ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
+    ig_range out; /* a frequent short context: search its precomputed next tokens instead */
+    if (s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, t, &out))
+        return out;
     int64_t a = r.lo, b = r.hi;
     while (b - a > IG_SCAN_MAX) {
         int64_t mid = a + (b - a) / 2;
@@ -195,10 +198,7 @@ int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *to
     if (d >= 1 && d <= IG_NTC_MAX_DEPTH && s->ntc_n) { /* precomputed at build time? */
         int64_t m;
         const uint32_t *e = ig_ntc_find(s, d, r, &m);
-        if (e) {
-            for (int64_t j = 0; j < m && j < cap; j++) { toks[j] = e[2 * j]; cnts[j] = e[2 * j + 1]; }
-            return m;
-        }
+        if (e) return ig_ntc_copy(e, m, r, toks, cnts, cap);
     }
     if (r.hi - r.lo <= 4 * IG_SCAN_MAX) { /* short: read every token (independent loads) */
         uint32_t prev = 0;
