@@ -291,6 +291,9 @@ def growth(args: argparse.Namespace) -> Dict[str, Any]:
         label = f"linux.prefix-{size // 10**6}M"
         ix = our_index(label, tokens_name="linux", limit=size)
         log(f"{label}: {ix.num_tokens:,} tokens")
+        if args.build_only:
+            ix.close()
+            continue
         pc = list(zip(work["prompts"], work["conts"]))
         point: Dict[str, Any] = {"tokens": ix.num_tokens, "index": label}
         for kind, qs, fn, rounds in (
@@ -398,6 +401,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10M,30M,100M,300M")
     ap.add_argument("--heldout-docs", type=int, default=500)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--build-only", action="store_true", help="growth: only build the prefix indexes")
     ap.add_argument("--no-pin", action="store_true")
     args = ap.parse_args()
     if args.mode != "report" and not args.no_pin and shutil.which("taskset") and not os.environ.get("_BENCH_PINNED"):
@@ -411,6 +415,9 @@ def main() -> None:
         res = side_by_side(args)
         res.update(stamp, loadavg_end=[round(x, 2) for x in os.getloadavg()])
         sbs_path.write_text(json.dumps(res, indent=1) + "\n")
+    elif args.mode == "growth" and args.build_only:
+        growth(args)
+        return
     elif args.mode == "growth":
         res = growth(args)
         res.update(stamp, loadavg_end=[round(x, 2) for x in os.getloadavg()])

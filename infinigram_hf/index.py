@@ -270,8 +270,13 @@ class InfiniGramIndex:
             except (OverflowError, TypeError):
                 buf = None
             if buf is not None:
-                with _Query(self) as ix:
-                    c = lib.ig_count_fast(ix, buf, len(ids))
+                key = next(self._seq)  # the _Query protocol, inlined
+                self._running.add(key)
+                try:
+                    ix = self._ix
+                    c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
+                finally:
+                    self._running.discard(key)
                 if c >= 0:
                     return int(c)
         q = as_ids(ids)
@@ -304,10 +309,13 @@ class InfiniGramIndex:
     def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
         q, t = as_ids(prompt, "prompt"), _token(token)
         out = ffi.new("ig_prob *")
-        err = err_buffer()
-        with self._handle() as ix:
-            rc = fn(ix, ptr(q, "uint32_t"), len(q), int(t[0]), out, err, len(err))
-        check(rc, err)
+        qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
+        with self._handle() as ix:  # no message buffer unless the call fails (then asked again)
+            rc = fn(ix, qp, len(q), int(t[0]), out, ffi.NULL, 0)
+            if rc:
+                err = err_buffer()
+                rc = fn(ix, qp, len(q), int(t[0]), out, err, len(err))
+                check(rc, err)
         count, total = int(out.count), int(out.prompt_count)
         return ProbResult(prob=count / total if total else 0.0, count=count, prompt_count=total,
                           suffix_len=int(out.suffix_len), sparse=bool(out.sparse))
