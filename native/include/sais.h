@@ -1,0 +1,36 @@
+/* sais.h - linear-time suffix-array construction (SA-IS induced sorting), internal to the core.
+ *
+ * Each function fills SA[0..n) with the starting positions of all suffixes of T[0..n) in
+ * lexicographic order: tokens compare as unsigned numbers and a suffix that is a prefix of a
+ * longer one sorts first (a virtual sentinel smaller than every symbol ends the text).
+ *
+ *   T, SA  must be non-NULL (even when n == 0) and must not overlap.
+ *   n      0 <= n <= INT32_MAX - 1.
+ *   K      alphabet bound: every T[i] < K (checked).
+ *
+ * Returns 0 on success, -1 on a bad argument (n out of range, NULL pointer, a symbol >= K),
+ * -4 when memory runs out. Never writes outside SA[0..n) and its own allocations; keeps no
+ * global state, so concurrent calls on different buffers are safe.
+ *
+ * Extra memory beyond SA (see the comment at the top of sais.c):
+ *   u8 / u16: at most max(2 * n, 8 * (max symbol + 1)) bytes, i.e. <= max(2n, 512 KiB);
+ *   u32:      the same, plus 4 * n bytes when max symbol >= max(n, 65536) (alphabet remap).
+ */
+#ifndef IG_SAIS_H
+#define IG_SAIS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int ig_sais_u8 (const uint8_t  *T, int32_t *SA, int64_t n, uint32_t K);
+int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K);
+int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IG_SAIS_H */

@@ -1,0 +1,468 @@
+/* sais.c - suffix arrays by induced sorting (SA-IS, Nong, Zhang & Chan 2009), written for this
+ * project. One implementation serves 8-, 16- and 32-bit texts: every routine takes the symbol
+ * width `w` and is force-inlined into one wrapper per width, so `w` is a constant there.
+ *
+ * Outline of one level (T of length n over [0, K), n >= 2, a virtual sentinel at T[n]):
+ *   1. Sort the LMS substrings: drop the LMS positions at their bucket ends, induce L then S.
+ *   2. Name them (equal substrings share a name) into the reduced string s1 of length
+ *      n1 <= n/2; if a name repeats, sort s1's suffixes recursively (32-bit path).
+ *   3. Drop the LMS suffixes, now sorted, at their bucket ends and induce L then S again.
+ * Types are never stored: whether a predecessor is L or S is decided when it is placed, from
+ * the two symbols involved, and carried in the sign of its SA entry.
+ *
+ * Peak extra memory, in bytes, besides SA itself (and <= 31 small stack frames):
+ *   Ke = largest symbol + 1 (after a u32 remap: the number of distinct symbols).
+ *   level 0    4*Ke bucket pointers, + 4*Ke cached counts when 2*Ke <= max(n/2, 2^17).
+ *   deeper     the reduced problems' buckets live in SA's free space when they fit, else are
+ *              malloc'd, never more than max(n/2, 2^17) int32 at a time. Level-0 buckets are
+ *              freed before recursing, so the two do not add up.
+ *   u32 remap  + 4n for a dense copy of the text, only when Ke > max(n, 65536).
+ *   => peak <= max(2n, 4*Ke, 512 KiB) (+ 4n when remapped); for u8/u16: <= max(2n, 512 KiB).
+ *   Measured: ~0 on source code / natural text, 1.2n on i.i.d. Zipf tokens (the reduced
+ *   problem's counts); the 2n bound is reached only by adversarial inputs.
+ * Budget 6 bytes per token (SA + worst case) + 512 KiB for u8/u16 input.
+ */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* madvise() under -std=c99 */
+#endif
+#include "sais.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SA_INLINE static inline __attribute__((always_inline))
+#define SA_NOINLINE static __attribute__((noinline))
+#define SA_PREFETCH_R(p) __builtin_prefetch((const void *)(p), 0, 3)
+#define SA_PREFETCH_W(p) __builtin_prefetch((const void *)(p), 1, 3)
+#else
+#define SA_INLINE static inline
+#define SA_NOINLINE static
+#define SA_PREFETCH_R(p) ((void)0)
+#define SA_PREFETCH_W(p) ((void)0)
+#endif
+
+#define SA_EARG (-1)
+#define SA_ENOMEM (-4)
+
+/* Symbol i of a text of w-byte symbols. */
+SA_INLINE uint32_t sym(const void *T, int w, int32_t i) {
+    if (w == 1) return ((const uint8_t *)T)[i];
+    if (w == 2) return ((const uint16_t *)T)[i];
+    return ((const uint32_t *)T)[i];
+}
+
+/* Ask for transparent huge pages on a large buffer, ideally before it is first touched: the
+   induction passes hit it at random, and with 4 KiB pages most of those would also miss the
+   TLB. Only a hint (Linux); errors are ignored. */
+static void hint_hugepages(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t H = (uintptr_t)1 << 21;
+    uintptr_t a = ((uintptr_t)p + H - 1) & ~(H - 1), e = ((uintptr_t)p + bytes) & ~(H - 1);
+    if (bytes >= ((size_t)4 << 20) && e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* ---- buckets ----------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t *B;         /* K bucket pointers, rebuilt before every pass */
+    int32_t *C;         /* K symbol counts, or NULL: recount from the text each time */
+    int32_t K;
+    int own_B, own_C;   /* 1 = malloc'd, 0 = carved out of free SA space */
+} buckets;
+
+SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t K) {
+    memset(cnt, 0, (size_t)K * sizeof(int32_t));
+    for (int32_t i = 0; i < n; i++) cnt[sym(T, w, i)]++;
+}
+
+/* Free memory a level may use for its buckets: part of the caller's SA (never overlapping this
+   level's T or SA), and how many int32 it may malloc besides B. */
+typedef struct {
+    int32_t *ws;
+    int64_t wsn;
+    int64_t budget;
+} workspace;
+
+/* Place B in the free space when it fits, else malloc it; cache the counts C the same way, or
+   in malloc'd memory within the budget, else leave C NULL and recount (slower, no memory). */
+SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t K,
+                           workspace ws) {
+    int64_t budget = ws.budget;
+    bk->K = K;
+    bk->C = NULL;
+    bk->own_B = bk->own_C = 0;
+    if (K <= ws.wsn) {
+        bk->B = ws.ws;
+        ws.ws += K;
+        ws.wsn -= K;
+    } else {
+        bk->B = (int32_t *)malloc((size_t)K * sizeof(int32_t));
+        if (!bk->B) return SA_ENOMEM;
+        hint_hugepages(bk->B, (size_t)K * sizeof(int32_t));
+        bk->own_B = 1;
+        budget -= K;
+    }
+    if (K <= ws.wsn) {
+        bk->C = ws.ws;
+    } else if (K <= budget) {
+        bk->C = (int32_t *)malloc((size_t)K * sizeof(int32_t)); /* NULL is fine: recount */
+        bk->own_C = bk->C != NULL;
+        if (bk->C) hint_hugepages(bk->C, (size_t)K * sizeof(int32_t));
+    }
+    if (bk->C) count_syms(T, w, n, bk->C, K);
+    return 0;
+}
+
+static void buckets_free(buckets *bk) {
+    if (bk->own_B) free(bk->B);
+    if (bk->own_C) free(bk->C);
+    bk->B = bk->C = NULL;
+    bk->own_B = bk->own_C = 0;
+}
+
+/* B[c] = first slot of bucket c (ends == 0) or one past its last slot (ends == 1). */
+SA_INLINE void bucket_bounds(const void *T, int w, int32_t n, const buckets *bk, int ends) {
+    int32_t *B = bk->B;
+    const int32_t *cnt = bk->C;
+    if (!cnt) {
+        count_syms(T, w, n, B, bk->K);
+        cnt = B;
+    }
+    int32_t sum = 0;
+    for (int32_t c = 0; c < bk->K; c++) {
+        int32_t x = cnt[c]; /* read before B[c] is written: cnt may be B */
+        sum += x;
+        B[c] = ends ? sum : sum - x;
+    }
+}
+
+/* ---- LMS positions ------------------------------------------------------------------------ */
+
+enum { LMS_SEED, LMS_LEN, LMS_LIST };
+
+/* Visit the LMS positions (S-type, preceded by L-type) right to left; n-1 is always L. Modes:
+   LMS_SEED: SA[--B[T[p]]] = p (stage 1 seeds); returns the count n1.
+   LMS_LEN:  SA[n1 + p/2] = length of the LMS substring at p, up to and including the next LMS
+             position (n, the sentinel, for the last one). Slots p/2 are distinct: LMS
+             positions are >= 2 apart.
+   LMS_LIST: SA[n - n1 + k] = k-th LMS position in text order (SA[n - n1 - 1] is clobbered). */
+SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
+                           int32_t *restrict SA, int32_t *restrict B,
+                           int32_t n1) {
+    int32_t cnt = 0, next = n;
+    uint32_t c1 = sym(T, w, n - 1);
+    int32_t s1 = 0; /* type of position i+1: 1 = S */
+    for (int32_t i = n - 2; i >= 0; i--) {
+        uint32_t c0 = sym(T, w, i);
+        int32_t s0 = (c0 < c1) | ((c0 == c1) & s1), m = s1 & (s0 ^ 1), p = i + 1;
+        if (mode == LMS_LIST) {
+            /* branch-free: always write below the list, keep it only if p is LMS. The slot
+               below the list is >= n1 even when the list is complete, as n1 <= (n-1)/2. */
+            SA[n - 1 - cnt] = p;
+            cnt += m;
+        } else if (m) {
+            if (mode == LMS_SEED) SA[--B[c1]] = p;
+            if (mode == LMS_LEN) SA[n1 + (p >> 1)] = next - p + 1;
+            next = p;
+            cnt++;
+        }
+        s1 = s0;
+        c1 = c0;
+    }
+    return cnt;
+}
+
+/* ---- induced sorting ---------------------------------------------------------------------- *
+ * Stage 1 (sorting LMS substrings) uses this encoding in SA:
+ *   L pass: v > 0: suffix v whose predecessor v-1 is L: induce v-1, then clear the slot;
+ *           v < 0: suffix -v whose predecessor is S: flip to +(-v) for the S pass.
+ *   S pass: v > 0: induce v-1 (S) and clear; an induced suffix whose predecessor is L is an LMS
+ *           suffix and is stored as -q, so afterwards exactly the LMS entries are negative.
+ * Stage 3 (final) keeps every entry: positive = final, ~q = predecessor still to induce in the
+ * S pass; in the L pass positive entries also have their (L-type) predecessor induced.
+ * Induced entries always land strictly ahead of the scan, so every slot is written before it
+ * is read. */
+
+enum { PASS_L1, PASS_S1, PASS_L3, PASS_S3 };
+
+/* The scan visits suffixes in sorted order, so the symbols it reads are at random text
+   positions: prefetch them PF entries ahead. With a large alphabet (the reduced problems) the
+   bucket pointers and the slots written are random too, so there the pipeline is 3 deep: the
+   symbol at 3*PF, its bucket pointer at 2*PF, the slot to write at PF. Look-ahead entries
+   that are not final yet only cost a useless prefetch. */
+#define PF 32
+#define BIG_K (1 << 17) /* bucket arrays beyond this (512 KiB) fall out of L2 */
+
+/* Position whose symbol processing entry v reads in `pass`; 0 (harmless) when v is inactive. */
+SA_INLINE int32_t active_pos(int32_t v, int pass) {
+    if (pass == PASS_S3) return v < 0 ? ~v - 1 : 0;
+    return v > 0 ? v - 1 : 0;
+}
+
+/* One induction pass over SA, left to right for L passes, right to left for S passes. */
+SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
+                      int32_t *restrict B, int32_t K,
+                      int pass) {
+    const int left = pass == PASS_L1 || pass == PASS_L3, big = K > BIG_K;
+    const int32_t step = left ? 1 : -1;
+    const char *Tb = (const char *)T;
+    if (left) { /* n-1 is induced by the virtual sentinel, which sorts first */
+        int32_t q = n - 1;
+        uint32_t c = sym(T, w, q);
+        int pred_s = sym(T, w, q - 1) < c;
+        SA[B[c]++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
+    }
+    for (int32_t k = 0, i = left ? 0 : n - 1; k < n; k++, i += step) {
+        if (!big) {
+            if (k < n - PF) SA_PREFETCH_R(Tb + (size_t)w * active_pos(SA[i + PF * step], pass));
+        } else {
+            if (k < n - 3 * PF)
+                SA_PREFETCH_R(Tb + (size_t)w * active_pos(SA[i + 3 * PF * step], pass));
+            if (k < n - 2 * PF)
+                SA_PREFETCH_R(B + sym(T, w, active_pos(SA[i + 2 * PF * step], pass)));
+            if (k < n - PF)
+                SA_PREFETCH_W(SA + B[sym(T, w, active_pos(SA[i + PF * step], pass))]);
+        }
+        int32_t v = SA[i], q;
+        uint32_t c;
+        switch (pass) {
+        case PASS_L1: /* v > 0: induce v-1 (L) and clear; v < 0: keep -v for the S pass */
+            if (v > 0) {
+                q = v - 1;
+                c = sym(T, w, q);
+                SA[B[c]++] = (q > 0 && sym(T, w, q - 1) < c) ? -q : q;
+                SA[i] = 0;
+            } else {
+                SA[i] = -v;
+            }
+            break;
+        case PASS_S1: /* v > 0: induce v-1 (S) and clear; an LMS suffix is stored negated */
+            if (v > 0) {
+                q = v - 1;
+                c = sym(T, w, q);
+                SA[--B[c]] = (q > 0 && sym(T, w, q - 1) > c) ? -q : q;
+                SA[i] = 0;
+            }
+            break;
+        case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
+            if (v > 0) {
+                q = v - 1;
+                c = sym(T, w, q);
+                SA[B[c]++] = (q > 0 && sym(T, w, q - 1) < c) ? ~q : q;
+            }
+            break;
+        default: /* PASS_S3: v < 0: make it final and induce its predecessor (S) */
+            if (v < 0) {
+                v = ~v;
+                SA[i] = v;
+                q = v - 1;
+                c = sym(T, w, q);
+                SA[--B[c]] = (q > 0 && sym(T, w, q - 1) <= c) ? ~q : q;
+            }
+            break;
+        }
+    }
+}
+
+/* ---- naming ------------------------------------------------------------------------------- */
+
+/* SA[0..n1) holds the LMS positions sorted by LMS substring. Give each a 1-based name (equal
+   substrings share one) stored at SA[n1 + p/2]; returns the number of distinct names. */
+SA_INLINE int32_t name_lms(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
+                           int32_t n1) {
+    int32_t *slot = SA + n1;
+    memset(slot, 0, (size_t)(n - n1) * sizeof(int32_t));
+    lms_scan(T, w, n, LMS_LEN, SA, NULL, n1);
+    int32_t name = 0, prev = 0, plen = 0;
+    for (int32_t i = 0; i < n1; i++) {
+        if (i < n1 - PF) { /* sorted order = random text positions: fetch ahead */
+            int32_t pf = SA[i + PF];
+            SA_PREFETCH_W(slot + (pf >> 1));
+            SA_PREFETCH_R((const char *)T + (size_t)w * pf);
+        }
+        int32_t p = SA[i], len = slot[p >> 1];
+        /* equal length and symbols imply equal types; the one reaching the sentinel is unique */
+        int diff = len != plen || (int64_t)p + len > n || (int64_t)prev + len > n;
+        for (int32_t k = 0; !diff && k < len; k++) diff = sym(T, w, p + k) != sym(T, w, prev + k);
+        name += diff;
+        slot[p >> 1] = name;
+        prev = p;
+        plen = len;
+    }
+    return name;
+}
+
+/* ---- one level ---------------------------------------------------------------------------- */
+
+SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws);
+
+/* Suffix array of T[0..n) (n >= 2, symbols < K), using ws for bucket memory. */
+SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K, workspace ws) {
+    buckets bk;
+    int rc = buckets_init(&bk, T, w, n, K, ws);
+    if (rc) return rc;
+
+    /* Stage 1: sort the LMS substrings. */
+    bucket_bounds(T, w, n, &bk, 1);
+    memset(SA, 0, (size_t)n * sizeof(int32_t));
+    int32_t n1 = lms_scan(T, w, n, LMS_SEED, SA, bk.B, 0);
+    if (n1 > 0) {
+        bucket_bounds(T, w, n, &bk, 0);
+        induce(T, w, SA, n, bk.B, K, PASS_L1);
+        bucket_bounds(T, w, n, &bk, 1);
+        induce(T, w, SA, n, bk.B, K, PASS_S1);
+        int32_t j = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (SA[i] < 0) SA[j++] = -SA[i];
+
+        /* Stage 2: name; recurse when names repeat, else SA[0..n1) is already sorted. */
+        int32_t K1 = name_lms(T, w, SA, n, n1);
+        if (K1 < n1) {
+            int32_t *s1 = SA + n - n1;
+            j = n;
+            for (int32_t i = n - 1; i >= n1; i--)
+                if (SA[i]) SA[--j] = SA[i] - 1;
+            if (bk.own_B | bk.own_C) buckets_free(&bk); /* keep peak memory to one level */
+            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget};
+            rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
+            if (rc) return rc;
+            lms_scan(T, w, n, LMS_LIST, SA, NULL, n1); /* s1 := LMS positions in text order */
+            for (int32_t i = 0; i < n1; i++) {
+                if (i < n1 - PF) SA_PREFETCH_R(s1 + SA[i + PF]);
+                SA[i] = s1[SA[i]];
+            }
+            if (!bk.B && (rc = buckets_init(&bk, T, w, n, K, ws))) return rc;
+        }
+    }
+
+    /* Stage 3: place the sorted LMS suffixes at their bucket ends and induce the rest. */
+    bucket_bounds(T, w, n, &bk, 1);
+    memset(SA + n1, 0, (size_t)(n - n1) * sizeof(int32_t));
+    for (int32_t i = n1 - 1; i >= 0; i--) {
+        if (i >= PF) SA_PREFETCH_R((const char *)T + (size_t)w * SA[i - PF]);
+        int32_t p = SA[i];
+        SA[i] = 0;
+        SA[--bk.B[sym(T, w, p)]] = p;
+    }
+    bucket_bounds(T, w, n, &bk, 0);
+    induce(T, w, SA, n, bk.B, K, PASS_L3);
+    bucket_bounds(T, w, n, &bk, 1);
+    induce(T, w, SA, n, bk.B, K, PASS_S3);
+    buckets_free(&bk);
+    return 0;
+}
+
+/* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32. */
+static workspace top_workspace(int32_t n) {
+    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17)};
+    return ws;
+}
+
+SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K) {
+    return sais_level(T, 1, SA, n, K, top_workspace(n));
+}
+
+SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K) {
+    return sais_level(T, 2, SA, n, K, top_workspace(n));
+}
+
+SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
+    return sais_level(T, 4, SA, n, K, ws);
+}
+
+/* ---- entry points ------------------------------------------------------------------------- */
+
+/* Checks the arguments; on success *ke = largest symbol + 1. Returns 1 when there is nothing
+   left to do (n <= 1, SA already filled), 0 to go on, or an error code. */
+SA_INLINE int check_args(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, uint32_t *ke) {
+    if (!T || !SA || n < 0 || n > INT32_MAX - 1) return SA_EARG;
+    uint32_t mx = 0;
+    for (int32_t i = 0; i < (int32_t)n; i++) {
+        uint32_t c = sym(T, w, i);
+        mx = c > mx ? c : mx;
+    }
+    if (n > 0 && mx >= K) return SA_EARG;
+    if (n == 1) SA[0] = 0;
+    *ke = mx + 1;
+    hint_hugepages(SA, (size_t)n * sizeof(int32_t));
+    return n <= 1;
+}
+
+/* Replace the symbols of T by their ranks among the distinct symbols (order preserving), into a
+   new array: indices are radix sorted by symbol (two 16-bit passes, SA and the output array as
+   the two buffers), then ranks are assigned in sorted order. */
+static uint32_t *remap_dense(const uint32_t *T, int32_t *SA, int32_t n, uint32_t *kout) {
+    uint32_t *R = (uint32_t *)malloc((size_t)n * sizeof(uint32_t));
+    int32_t *cnt = (int32_t *)malloc(65536 * sizeof(int32_t));
+    if (!R || !cnt) {
+        free(R);
+        free(cnt);
+        return NULL;
+    }
+    hint_hugepages(R, (size_t)n * sizeof(uint32_t));
+    for (int pass = 0; pass < 2; pass++) {
+        int sh = 16 * pass;
+        memset(cnt, 0, 65536 * sizeof(int32_t));
+        for (int32_t i = 0; i < n; i++) cnt[(T[i] >> sh) & 0xFFFF]++;
+        int32_t sum = 0;
+        for (int c = 0; c < 65536; c++) {
+            int32_t x = cnt[c];
+            cnt[c] = sum;
+            sum += x;
+        }
+        if (pass == 0) {
+            for (int32_t i = 0; i < n; i++) R[cnt[T[i] & 0xFFFF]++] = (uint32_t)i;
+        } else {
+            for (int32_t k = 0; k < n; k++) {
+                uint32_t i = R[k];
+                SA[cnt[T[i] >> 16]++] = (int32_t)i;
+            }
+        }
+    }
+    free(cnt);
+    uint32_t rank = 0, prev = T[SA[0]];
+    for (int32_t k = 0; k < n; k++) {
+        uint32_t c = T[SA[k]];
+        rank += c != prev;
+        prev = c;
+        R[SA[k]] = rank;
+    }
+    *kout = rank + 1;
+    return R;
+}
+
+int ig_sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K) {
+    uint32_t ke;
+    int rc = check_args(T, 1, SA, n, K, &ke);
+    return rc ? (rc > 0 ? 0 : rc) : sais_w1(T, SA, (int32_t)n, (int32_t)ke);
+}
+
+int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) {
+    uint32_t ke;
+    int rc = check_args(T, 2, SA, n, K, &ke);
+    return rc ? (rc > 0 ? 0 : rc) : sais_w2(T, SA, (int32_t)n, (int32_t)ke);
+}
+
+int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) {
+    uint32_t ke;
+    int rc = check_args(T, 4, SA, n, K, &ke);
+    if (rc) return rc > 0 ? 0 : rc;
+    /* ke may be 0 (wrapped: symbol 2^32-1) or far above n: sort over dense ranks instead so
+       the bucket arrays stay O(n). */
+    if (ke == 0 || (ke > (uint32_t)n && ke > 65536)) {
+        uint32_t *R = remap_dense(T, SA, (int32_t)n, &ke);
+        if (!R) return SA_ENOMEM;
+        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n));
+        free(R);
+        return rc;
+    }
+    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n));
+}
