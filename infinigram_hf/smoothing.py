@@ -39,7 +39,7 @@ COL_CTOTAL, COL_CCOUNT, COL_CTYPES, COL_C1, COL_C2, COL_C3 = range(8, 14)
 DEFAULT_UNBOUNDED_DEPTHS = 24  # per-depth parameters estimated / tuned; deeper levels share the last
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SmoothingParams:
     """Discounts (d1, d2, d3 for counts 1, 2, 3+) and concentrations theta, one entry per context
     length 0, 1, ...; contexts deeper than the arrays use the last entry.
@@ -75,6 +75,15 @@ class SmoothingParams:
             raise ValueError(f"max_depth must be >= 0 or None, got {self.max_depth}")
         for k, a in zip(("d1", "d2", "d3", "theta"), arrs):
             object.__setattr__(self, k, a)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SmoothingParams):
+            return NotImplemented
+        return (all(np.array_equal(getattr(self, k), getattr(other, k)) for k in ("d1", "d2", "d3", "theta"))
+                and (self.max_depth, self.raw_top, self.raw_all, self.witten_bell)
+                == (other.max_depth, other.raw_top, other.raw_all, other.witten_bell))
+
+    __hash__ = None  # type: ignore[assignment]
 
     # ------------------------------------------------------------ constructors
 

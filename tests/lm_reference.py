@@ -13,10 +13,34 @@ Example:
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from infinigram_hf import build_index
+from infinigram_hf.lm import InfiniGramLM
+
+def make_lm(tmp_path: Path, docs, vocab_size: int, *, shards: int = 1, max_context: int = 100,
+            name: str = "ix") -> InfiniGramLM:
+    cap = None
+    if shards > 1:  # small shards: documents spread over several suffix arrays
+        cap = max(max(len(d) for d in docs) + 1, sum(len(d) + 1 for d in docs) // shards + 1)
+    idx = build_index([np.asarray(d, dtype=np.int64) for d in docs], tmp_path / name, vocab_size=vocab_size,
+                      max_shard_tokens=cap, progress=False)
+    if shards > 1:
+        assert idx.num_shards > 1
+    return InfiniGramLM(idx, max_context=max_context)
+
+
+def random_corpus(seed: int, vocab: int = 3, n_docs: int = 5, max_len: int = 25) -> list:
+    rng = random.Random(seed)
+    docs = [[rng.randrange(vocab) for _ in range(rng.randint(1, max_len))] for _ in range(n_docs)]
+    docs.append(docs[0] * 2)  # long repeats: deep matches
+    return docs
+
 
 EOD = "EOD"
 BOS = "BOS"
