@@ -71,14 +71,17 @@ def reference_subset(fraction: str) -> np.ndarray:
 
 def reference_index(fraction: str = "all", progress: bool = True):
     """The ∞-gram index of a datastore size (built on first use)."""
-    from infinigram_hf import InfiniGramIndex
+    from infinigram_hf import IndexFormatError, InfiniGramIndex
     from infinigram_hf.build import build_index
 
     if fraction not in FRACTIONS:
         raise ValueError(f"fraction must be one of {list(FRACTIONS)}, got {fraction!r}")
     out = corpora.cache_dir() / "ppl-indexes" / f"stdlib-reference-{fraction}"
     if (out / "meta.json").exists():
-        return InfiniGramIndex.open(out)
+        try:
+            return InfiniGramIndex.open(out)
+        except IndexFormatError as exc:  # built by an older version of the format: rebuild
+            print(f"rebuilding {out}: {exc}", flush=True)
     tokens, offsets = corpora.load_tokens("stdlib.reference")
     docs = [np.asarray(tokens[offsets[i]:offsets[i + 1]]) for i in reference_subset(fraction)]
-    return build_index(docs, out, tokenizer=corpora.load_tokenizer(), progress=progress)
+    return build_index(docs, out, tokenizer=corpora.load_tokenizer(), progress=progress, overwrite=True)

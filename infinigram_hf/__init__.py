@@ -6,8 +6,22 @@ from .index import InfiniGramIndex
 from .difference import DifferenceIndex
 from .search import DocumentMatch, SearchResult
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+# Interpolation with neural LMs (torch is imported only when a model is scored). Note that
+# `infinigram_hf.perplexity` is the function; its module is importable as `from
+# infinigram_hf.perplexity import ...`.
+from .interpolation import EffectiveNBreakdown, LambdaFit, PerplexityResult, TokenScores, interpolate, tune_lambdas
+from .perplexity import perplexity, token_scores, with_index
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The logits processor needs torch and transformers: imported on first use only.
+    if name == "InfiniGramLogitsProcessor":
+        from .processor import InfiniGramLogitsProcessor
+        return InfiniGramLogitsProcessor
+    raise AttributeError(f"module 'infinigram_hf' has no attribute {name!r}")
+
 
 __all__ = [
     "InfiniGramIndex",
@@ -23,5 +37,15 @@ __all__ = [
     "DifferenceIndex",
     "DocumentMatch",
     "SearchResult",
+    "InfiniGramLogitsProcessor",
+    "perplexity",
+    "token_scores",
+    "with_index",
+    "interpolate",
+    "tune_lambdas",
+    "PerplexityResult",
+    "TokenScores",
+    "LambdaFit",
+    "EffectiveNBreakdown",
     "__version__",
 ]

@@ -15,7 +15,7 @@ from typing import Union
 
 import numpy as np
 
-from .processor import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda
+from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda
 
 
 @dataclass(frozen=True)

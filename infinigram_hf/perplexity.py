@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from .index import InfiniGramIndex
 from .interpolation import PerplexityResult, TokenScores, interpolate
-from .processor import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_model_vocab, check_tokenizer
+from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_model_vocab, check_tokenizer
 from .tokenization import encode_texts
 
 
@@ -115,6 +114,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, 
                  progress: bool = True) -> TokenScores:
     """Neural log-probability and ∞-gram estimate of every scored token (the cache behind
     `perplexity`, `interpolate` and `tune_lambdas`). Arguments as for `perplexity`."""
+    import torch  # only here: importing infinigram_hf stays torch-free
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")

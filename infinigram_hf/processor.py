@@ -16,52 +16,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .errors import TokenizerMismatchError
 from .index import InfiniGramIndex
-from .tokenization import tokenizer_name, vocab_fingerprint
+from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
     from transformers import LogitsProcessor as _Base
 except ImportError:  # pragma: no cover
     _Base = object
-
-DEFAULT_LAMBDA_SPARSE = 0.5
-DEFAULT_LAMBDA_DENSE = 0.3
-
-
-def check_lambda(value: float, name: str) -> float:
-    """A mixture weight in [0, 1], as float; ValueError naming the argument otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def check_tokenizer(index: InfiniGramIndex, tokenizer: Any) -> None:
-    """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
-
-    Compares the vocabulary fingerprint stored in the index with the tokenizer's; an index built
-    from token ids without a tokenizer has none, and then only the sizes are compared.
-    """
-    stored = index.vocab_fingerprint
-    if stored is not None:
-        got = vocab_fingerprint(tokenizer)
-        if got != stored:
-            raise TokenizerMismatchError(
-                f"the index at {index.paths[0]} was built with tokenizer {index.tokenizer_name!r} "
-                f"(vocab fingerprint {stored[:19]}…), but the tokenizer given is "
-                f"{tokenizer_name(tokenizer)!r} ({got[:19]}…): token ids would not mean the same text")
-    elif len(tokenizer) > index.vocab_size:
-        raise TokenizerMismatchError(
-            f"the tokenizer given has {len(tokenizer)} ids but the index at {index.paths[0]} only "
-            f"{index.vocab_size}: it was built with another vocabulary")
-
-
-def check_model_vocab(index: InfiniGramIndex, model_vocab_size: int) -> None:
-    """The model must have a row for every id of the index (more rows are fine: padding)."""
-    if model_vocab_size < index.vocab_size:
-        raise TokenizerMismatchError(
-            f"the model scores {model_vocab_size} tokens but the index at {index.paths[0]} has "
-            f"{index.vocab_size} ids: the index was built with another tokenizer than the model's")
 
 
 class InfiniGramLogitsProcessor(_Base):
@@ -128,27 +89,35 @@ class InfiniGramLogitsProcessor(_Base):
 
     # ------------------------------------------------------------ contexts
 
-    def context(self, ids: np.ndarray) -> np.ndarray:
-        """The part of one row the ∞-gram conditions on: leading padding stripped, and only what
-        follows the last document boundary (EOS, or an id the index cannot hold)."""
-        start = 0
+    def context_starts(self, rows: np.ndarray) -> np.ndarray:
+        """Where each row's ∞-gram context starts: after the leading padding, and after the last
+        document boundary (EOS, or an id the index cannot hold). rows: (batch, length) ids."""
+        n, width = rows.shape
+        start = np.zeros(n, dtype=np.int64)
         pad = self.pad_token_id
-        if pad is not None and pad != self.eos_token_id and len(ids) and ids[0] == pad:
-            not_pad = np.flatnonzero(ids != pad)
-            start = int(not_pad[0]) if len(not_pad) else len(ids)
-        boundary = ids[start:] >= self.index.vocab_size
+        if pad is not None and pad != self.eos_token_id and width:
+            real = rows != pad
+            start = np.where(real.any(axis=1), real.argmax(axis=1), width)
+        boundary = rows >= self.index.vocab_size
         if self.eos_token_id is not None:
-            boundary |= ids[start:] == self.eos_token_id
-        hits = np.flatnonzero(boundary)
-        if len(hits):
-            start += int(hits[-1]) + 1
-        return ids[start:]
+            boundary |= rows == self.eos_token_id
+        if width:
+            rev = boundary[:, ::-1]
+            last = width - 1 - rev.argmax(axis=1)
+            start = np.where(rev.any(axis=1), np.maximum(start, last + 1), start)
+        return start
+
+    def context(self, ids: Any) -> np.ndarray:
+        """The part of one row of ids that the ∞-gram conditions on (see `context_starts`)."""
+        row = np.asarray(ids.detach().cpu().numpy() if hasattr(ids, "detach") else ids, dtype=np.int64)
+        return row[int(self.context_starts(row[None, :])[0]):]
 
     def _p_inf(self, rows_np: np.ndarray, width: int):
         """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
         stays neural). One batched, cached query for all rows."""
-        n = rows_np.shape[0]
-        d = self._cache.ntd_batch([self.context(rows_np[r]) for r in range(n)])
+        n, width_ids = rows_np.shape
+        lengths = width_ids - self.context_starts(rows_np)
+        d = self._cache.ntd_batch(rows_np, lengths=lengths, padding_side="left")
         row_of = d.rows
         tok = d.token_ids.astype(np.int64)
         cnt = d.counts.astype(np.float64)
