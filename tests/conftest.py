@@ -14,6 +14,9 @@ Helpers (importable from any test module as ``from conftest import ...``):
   paper's definitions: counts, next-token distributions (end-of-document counted under the
   separator id), fixed-n and ∞-gram probabilities, the sparse flag, dense scoring, documents and
   occurrence positions.
+- ``assert_ntd_matches`` / ``assert_prob_matches`` (with ``score_row`` for a ScoreResult row)
+  compare one answer with the reference; ``doc_shards(index)`` gives each document's shard and
+  ``sample_ngrams(ref)`` n-grams cut from the corpus.
 
 Fixtures:
 
@@ -265,6 +268,15 @@ class Reference:
 def doc_shards(index: InfiniGramIndex) -> list[int]:
     """The shard holding each document of an index, in global document order."""
     return [index.get_doc(d).shard for d in range(index.num_docs)]
+
+
+def score_row(result: Any, i: int) -> Any:
+    """Row i of a ScoreResult as an object with ProbResult's fields (for assert_prob_matches)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(count=int(result.counts[i]), prompt_count=int(result.prompt_counts[i]),
+                           suffix_len=int(result.suffix_len[i]), sparse=bool(result.sparse[i]),
+                           prob=float(result.probs[i]))
 
 
 def assert_prob_matches(got: Any, want: RefProb, what: str = "") -> None:

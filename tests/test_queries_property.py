@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from infinigram_hf.build import build_index
 
-from conftest import Reference, assert_ntd_matches, assert_prob_matches, built_index, doc_shards
+from conftest import Reference, assert_ntd_matches, assert_prob_matches, built_index, doc_shards, score_row
 
 BUILD_PARAMS = inspect.signature(build_index).parameters
 
@@ -193,10 +193,7 @@ def test_score(scratch_dir, c: Corpus, data: st.DataObject) -> None:
         assert len(got) == len(ids)
         want = ref.score(ids)
         for i, w in enumerate(want):
-            row = type("Row", (), dict(count=int(got.counts[i]), prompt_count=int(got.prompt_counts[i]),
-                                       suffix_len=int(got.suffix_len[i]), sparse=bool(got.sparse[i]),
-                                       prob=float(got.probs[i])))
-            assert_prob_matches(row, w, f"score({ids})[{i}]")
+            assert_prob_matches(score_row(got, i), w, f"score({ids})[{i}]")
             assert_prob_matches(ix.infgram_prob(ids[:i], ids[i]), w, f"infgram_prob at {i}")
         assert np.array_equal(got.effective_n, got.suffix_len + 1)
         # Accepts numpy arrays of any integer dtype, and the empty sequence.
