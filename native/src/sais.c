@@ -18,8 +18,8 @@
  *              freed before recursing, so the two do not add up.
  *   u32 remap  + 4n for a dense copy of the text, only when Ke > max(n, 65536).
  *   => peak <= max(2n, 4*Ke, 512 KiB) (+ 4n when remapped); for u8/u16: <= max(2n, 512 KiB).
- *   Measured: ~0 on source code / natural text, 1.2n on i.i.d. Zipf tokens (the reduced
- *   problem's counts); the 2n bound is reached only by adversarial inputs.
+ *   Measured: < 0.1n on source-code bytes, 1.2n on i.i.d. Zipf tokens (the reduced problem's
+ *   counts); the 2n bound is reached only by adversarial inputs.
  * Budget 6 bytes per token (SA + worst case) + 512 KiB for u8/u16 input.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -48,6 +48,11 @@
 #define SA_EARG (-1)
 #define SA_ENOMEM (-4)
 
+/* Most passes touch the text or the buckets at random positions known a little in advance;
+   they prefetch PF items ahead (a few hundred ns of work, more than a DRAM round trip). */
+#define PF 32
+#define BIG_K (1 << 17) /* bucket arrays beyond this many (512 KiB) fall out of L2 */
+
 /* Symbol i of a text of w-byte symbols. */
 SA_INLINE uint32_t sym(const void *T, int w, int32_t i) {
     if (w == 1) return ((const uint8_t *)T)[i];
@@ -62,7 +67,8 @@ static void hint_hugepages(void *p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const uintptr_t H = (uintptr_t)1 << 21;
     uintptr_t a = ((uintptr_t)p + H - 1) & ~(H - 1), e = ((uintptr_t)p + bytes) & ~(H - 1);
-    if (bytes >= ((size_t)4 << 20) && e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+    if (bytes >= ((size_t)4 << 20) && e > a)
+        (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
 #else
     (void)p;
     (void)bytes;
@@ -80,7 +86,12 @@ typedef struct {
 
 SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t K) {
     memset(cnt, 0, (size_t)K * sizeof(int32_t));
-    for (int32_t i = 0; i < n; i++) cnt[sym(T, w, i)]++;
+    if (K > BIG_K) /* counters at random */
+        for (int32_t i = 0; i < n - 4 * PF; i++) {
+            SA_PREFETCH_W(cnt + sym(T, w, i + 4 * PF));
+            cnt[sym(T, w, i)]++;
+        }
+    for (int32_t i = K > BIG_K && n > 4 * PF ? n - 4 * PF : 0; i < n; i++) cnt[sym(T, w, i)]++;
 }
 
 /* Free memory a level may use for its buckets: part of the caller's SA (never overlapping this
@@ -155,12 +166,13 @@ enum { LMS_SEED, LMS_LEN, LMS_LIST };
              positions are >= 2 apart.
    LMS_LIST: SA[n - n1 + k] = k-th LMS position in text order (SA[n - n1 - 1] is clobbered). */
 SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
-                           int32_t *restrict SA, int32_t *restrict B,
-                           int32_t n1) {
+                           int32_t *restrict SA, int32_t *restrict B, int32_t K, int32_t n1) {
     int32_t cnt = 0, next = n;
     uint32_t c1 = sym(T, w, n - 1);
     int32_t s1 = 0; /* type of position i+1: 1 = S */
     for (int32_t i = n - 2; i >= 0; i--) {
+        if (mode == LMS_SEED && K > BIG_K && i >= 4 * PF) /* random bucket pointers */
+            SA_PREFETCH_W(B + sym(T, w, i - 4 * PF));
         uint32_t c0 = sym(T, w, i);
         int32_t s0 = (c0 < c1) | ((c0 == c1) & s1), m = s1 & (s0 ^ 1), p = i + 1;
         if (mode == LMS_LIST) {
@@ -193,24 +205,20 @@ SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
 
 enum { PASS_L1, PASS_S1, PASS_L3, PASS_S3 };
 
-/* The scan visits suffixes in sorted order, so the symbols it reads are at random text
-   positions: prefetch them PF entries ahead. With a large alphabet (the reduced problems) the
-   bucket pointers and the slots written are random too, so there the pipeline is 3 deep: the
-   symbol at 3*PF, its bucket pointer at 2*PF, the slot to write at PF. Look-ahead entries
-   that are not final yet only cost a useless prefetch. */
-#define PF 32
-#define BIG_K (1 << 17) /* bucket arrays beyond this (512 KiB) fall out of L2 */
-
 /* Position whose symbol processing entry v reads in `pass`; 0 (harmless) when v is inactive. */
 SA_INLINE int32_t active_pos(int32_t v, int pass) {
     if (pass == PASS_S3) return v < 0 ? ~v - 1 : 0;
     return v > 0 ? v - 1 : 0;
 }
 
-/* One induction pass over SA, left to right for L passes, right to left for S passes. */
+/* One induction pass over SA, left to right for L passes, right to left for S passes.
+   The scan visits suffixes in sorted order, so the symbols it reads are at random text
+   positions: prefetch them PF entries ahead. With a large alphabet (the reduced problems) the
+   bucket pointers and the slots written are random too, so there the pipeline is 3 deep: the
+   symbol at 3*PF, its bucket pointer at 2*PF, the slot to write at PF. Look-ahead entries
+   that are not final yet only cost a useless prefetch. */
 SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
-                      int32_t *restrict B, int32_t K,
-                      int pass) {
+                      int32_t *restrict B, int32_t K, int pass) {
     const int left = pass == PASS_L1 || pass == PASS_L3, big = K > BIG_K;
     const int32_t step = left ? 1 : -1;
     const char *Tb = (const char *)T;
@@ -280,7 +288,7 @@ SA_INLINE int32_t name_lms(const void *restrict T, int w, int32_t *restrict SA, 
                            int32_t n1) {
     int32_t *slot = SA + n1;
     memset(slot, 0, (size_t)(n - n1) * sizeof(int32_t));
-    lms_scan(T, w, n, LMS_LEN, SA, NULL, n1);
+    lms_scan(T, w, n, LMS_LEN, SA, NULL, 0, n1);
     int32_t name = 0, prev = 0, plen = 0;
     for (int32_t i = 0; i < n1; i++) {
         if (i < n1 - PF) { /* sorted order = random text positions: fetch ahead */
@@ -313,7 +321,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
     /* Stage 1: sort the LMS substrings. */
     bucket_bounds(T, w, n, &bk, 1);
     memset(SA, 0, (size_t)n * sizeof(int32_t));
-    int32_t n1 = lms_scan(T, w, n, LMS_SEED, SA, bk.B, 0);
+    int32_t n1 = lms_scan(T, w, n, LMS_SEED, SA, bk.B, K, 0);
     if (n1 > 0) {
         bucket_bounds(T, w, n, &bk, 0);
         induce(T, w, SA, n, bk.B, K, PASS_L1);
@@ -334,7 +342,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget};
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
             if (rc) return rc;
-            lms_scan(T, w, n, LMS_LIST, SA, NULL, n1); /* s1 := LMS positions in text order */
+            lms_scan(T, w, n, LMS_LIST, SA, NULL, 0, n1); /* s1 := LMS positions in text order */
             for (int32_t i = 0; i < n1; i++) {
                 if (i < n1 - PF) SA_PREFETCH_R(s1 + SA[i + PF]);
                 SA[i] = s1[SA[i]];
@@ -347,7 +355,8 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
     bucket_bounds(T, w, n, &bk, 1);
     memset(SA + n1, 0, (size_t)(n - n1) * sizeof(int32_t));
     for (int32_t i = n1 - 1; i >= 0; i--) {
-        if (i >= PF) SA_PREFETCH_R((const char *)T + (size_t)w * SA[i - PF]);
+        if (i >= 2 * PF) SA_PREFETCH_R((const char *)T + (size_t)w * SA[i - 2 * PF]);
+        if (K > BIG_K && i >= PF) SA_PREFETCH_W(bk.B + sym(T, w, SA[i - PF]));
         int32_t p = SA[i];
         SA[i] = 0;
         SA[--bk.B[sym(T, w, p)]] = p;

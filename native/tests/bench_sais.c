@@ -5,12 +5,11 @@
  *
  * 1. n_tokens u16 tokens drawn i.i.d. from a Zipf(1.0) law over 32000 symbols (ids shuffled so
  *    frequent tokens are spread over the id range, as with a real tokenizer vocabulary);
- * 2. each file given: its bytes as u8 symbols, and (even length) as little-endian u16 tokens.
+ * 2. each file given: its bytes as u8 symbols, and its byte pairs as native-endian u16 tokens.
  * Prints wall-clock and CPU seconds and tokens/s (CPU time is the fairer figure on a shared,
  * busy machine); set SAIS_BENCH_CHECK=1 to also verify each result.
  */
 #define _POSIX_C_SOURCE 200112L
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +106,7 @@ int main(int argc, char **argv) {
     free(cdf);
     free(id);
 
+    if (argc < 3) printf("(pass file paths after n_tokens to also time real data)\n");
     for (int a = 2; a < argc; a++) {
         FILE *f = fopen(argv[a], "rb");
         if (!f) {
@@ -120,11 +120,12 @@ int main(int argc, char **argv) {
         size_t got = fread(buf, 1, (size_t)sz, f);
         fclose(f);
         char label[64];
-        snprintf(label, sizeof label, "bytes u8 of %.28s", strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a]);
+        const char *base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+        snprintf(label, sizeof label, "bytes u8 of %.14s", base);
         bench(label, buf, 1, (int64_t)got, 256);
         uint16_t *t16 = malloc((got / 2 ? got / 2 : 1) * sizeof(uint16_t));
         memcpy(t16, buf, got / 2 * 2);
-        snprintf(label, sizeof label, "u16 pairs of %.28s", strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a]);
+        snprintf(label, sizeof label, "u16 pairs of %.14s", base);
         bench(label, t16, 2, (int64_t)(got / 2), 65536);
         free(t16);
         free(buf);
