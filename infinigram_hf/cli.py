@@ -533,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in COMMANDS:
         add(sub)
+    from .cli_lm import register as register_lm  # generate, lm-perplexity, lm-tune, analyze, decontaminate
+
+    register_lm(sub)
     return parser
 
 

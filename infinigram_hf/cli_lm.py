@@ -1,0 +1,324 @@
+"""CLI subcommands of the standalone ∞-gram LM: generate, lm-perplexity, lm-tune, analyze,
+decontaminate (registered into `infinigram-hf` by cli.build_parser through `register`).
+
+Example:
+    $ infinigram-hf generate shakespeare_idx --prompt "First Citizen:" --max-new-tokens 300 --seed 0
+    $ infinigram-hf generate names_idx --starts-with Mar --ends-with a --max-length 8 --num 5
+    $ infinigram-hf lm-perplexity shakespeare_idx --text-file val.txt --method backoff --k all
+    $ infinigram-hf lm-tune tune_idx --heldout heldout.txt --out kn.json
+    $ infinigram-hf lm-perplexity shakespeare_idx --text-file val.txt --method kn --smoothing kn.json
+    $ infinigram-hf analyze stdlib_idx --texts heldout/ --model ./gpt2-tiny --out eval/plots --prefix stdlib
+    $ infinigram-hf decontaminate --eval test/*.txt --input corpus.jsonl --output kept.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, List, Optional
+
+from .cli import CLIError, load_index_tokenizer, open_index, parse_ids, print_json
+
+TEXT_SUFFIXES = {".txt", ".py", ".md", ".c", ".h", ".rst", ".json", ".html"}
+
+
+# ------------------------------------------------------------------ shared
+
+
+def _add_index(p: argparse.ArgumentParser) -> None:
+    p.add_argument("index", nargs="+", help="index directory (several: queried as one index)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer (default: the one saved in the index, or bytes)")
+    p.add_argument("--max-context", type=int, default=100, help="longest context used, in tokens (default 100)")
+
+
+def _add_method(p: argparse.ArgumentParser, default: str, default_k: str) -> None:
+    p.add_argument("--method", choices=["infgram", "backoff", "kn", "wb"], default=default,
+                   help=f"∞-gram, selective back-off, Kneser-Ney, Witten-Bell (default {default})")
+    p.add_argument("--k", default=default_k, help=f"back-off levels, or 'all' (default {default_k})")
+    p.add_argument("--decay", type=float, default=0.1, help="back-off level weight decay (default 0.1)")
+    p.add_argument("--order", type=int, default=None, help="kn / wb: fixed order n (default: unbounded)")
+    p.add_argument("--smoothing", default=None, help="kn: smoothing parameters JSON (from lm-tune)")
+
+
+def _method_kwargs(args: argparse.Namespace) -> dict:
+    from .smoothing import SmoothingParams
+
+    k = None if str(args.k).lower() in ("all", "-1", "none") else int(args.k)
+    kw: dict = {"k": k, "decay": args.decay, "order": args.order}
+    if args.smoothing:
+        if not Path(args.smoothing).is_file():
+            raise CLIError(f"smoothing parameters not found: {args.smoothing}")
+        kw["smoothing"] = SmoothingParams.load(args.smoothing)
+    return kw
+
+
+def _open_lm(args: argparse.Namespace) -> Any:
+    from .lm import InfiniGramLM
+
+    index = open_index(args.index)
+    tok = load_index_tokenizer(index, args.tokenizer) if (args.tokenizer or index.tokenizer_name) else None
+    return InfiniGramLM(index, tok, max_context=args.max_context)
+
+
+def _iter_files(paths: List[str]) -> Iterator[Path]:
+    for p in map(Path, paths):
+        if p.is_dir():
+            yield from sorted(f for f in p.rglob("*") if f.is_file() and (f.suffix in TEXT_SUFFIXES or f.suffix == ".jsonl"))
+        elif p.is_file():
+            yield p
+        else:
+            raise CLIError(f"file not found: {p}")
+
+
+def read_documents(paths: List[str], text_column: str = "text") -> Iterator[dict]:
+    """Documents from files: a .jsonl file gives one per line (a dict with `text_column`), any
+    other file is one document; directories are walked. Each has "text" (+ its fields / "path")."""
+    for f in _iter_files(paths):
+        if f.suffix == ".jsonl":
+            with open(f, encoding="utf-8") as fh:
+                for i, line in enumerate(fh):
+                    if not line.strip():
+                        continue
+                    row = json.loads(line)
+                    if text_column not in row:
+                        raise CLIError(f"{f}:{i + 1}: no {text_column!r} field")
+                    yield row
+        else:
+            yield {text_column: f.read_text(encoding="utf-8", errors="replace"), "path": str(f)}
+
+
+# ------------------------------------------------------------------ generate
+
+
+def add_generate(sub: Any) -> None:
+    p = sub.add_parser("generate", help="sample text from the index alone (∞-gram / back-off / KN)",
+                       description="Sample a continuation from the standalone ∞-gram LM.")
+    _add_index(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--prompt", default="", help="prompt text")
+    g.add_argument("--prompt-ids", default=None, help="prompt as comma-separated token ids")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    _add_method(p, "backoff", "2")
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num", type=int, default=1, help="number of samples (seeds seed, seed+1, ...)")
+    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    p.add_argument("--no-eod", action="store_true", help="never end at an end of document")
+    p.add_argument("--starts-with", default="")
+    p.add_argument("--ends-with", default=None)
+    p.add_argument("--contains", action="append", default=None, help="required substring (repeatable)")
+    p.add_argument("--min-length", type=int, default=None)
+    p.add_argument("--max-length", type=int, default=None)
+    p.add_argument("--length-unit", choices=["chars", "tokens"], default="chars")
+    p.add_argument("--max-tries", type=int, default=100)
+    p.add_argument("--json", action="store_true", help="print JSON (text, ids, finish reason, statistics)")
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    lm = _open_lm(args)
+    prompt: Any = parse_ids(args.prompt_ids) if args.prompt_ids is not None else args.prompt
+    kw = _method_kwargs(args)
+    out, failed = [], 0
+    for i in range(args.num):
+        seed = None if args.seed is None else args.seed + i
+        t0 = time.perf_counter()
+        g = lm.generate(prompt, args.max_new_tokens, method=args.method, seed=seed, greedy=args.greedy,
+                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, stop=args.stop,
+                        eod=not args.no_eod, starts_with=args.starts_with, ends_with=args.ends_with,
+                        contains=args.contains, min_length=args.min_length, max_length=args.max_length,
+                        length_unit=args.length_unit, max_tries=args.max_tries, **kw)
+        secs = time.perf_counter() - t0
+        if g is None:
+            failed += 1
+            print(f"sample {i}: no output satisfied the constraints in {args.max_tries} tries", file=sys.stderr)
+            continue
+        if args.json:
+            out.append({"text": g.text, "token_ids": g.token_ids.tolist(), "finish_reason": g.finish_reason,
+                        "tries": g.tries, "seconds": round(secs, 6),
+                        "median_effective_n": float(np.median(g.suffix_len) + 1) if len(g.suffix_len) else None,
+                        "median_matches": float(np.median(g.matches)) if len(g.matches) else None})
+        else:
+            sys.stdout.write(str(g) + ("\n" if args.num > 1 or not str(g).endswith("\n") else ""))
+    if args.json:
+        print_json(out if args.num > 1 else (out[0] if out else None))
+    return 1 if failed == args.num else 0
+
+
+# ------------------------------------------------------------------ perplexity and tuning
+
+
+def _texts(args: argparse.Namespace) -> List[Any]:
+    texts: List[Any] = list(args.text or [])
+    for f in args.text_file or []:
+        if not Path(f).is_file():
+            raise CLIError(f"file not found: {f}")
+        texts.append(Path(f).read_text(encoding="utf-8"))
+    if args.ids:
+        texts.append(parse_ids(args.ids))
+    if not texts:
+        raise CLIError("give --text, --text-file or --ids")
+    return texts
+
+
+def add_lm_perplexity(sub: Any) -> None:
+    p = sub.add_parser("lm-perplexity", help="perplexity of the standalone ∞-gram LM (smoothed)",
+                       description="Perplexity of texts under the index alone: back-off (the post's), "
+                                   "Kneser-Ney (unbounded or fixed order), Witten-Bell, or the raw ∞-gram.")
+    _add_index(p)
+    p.add_argument("--text", action="append", help="a text (repeatable)")
+    p.add_argument("--text-file", action="append", help="a file holding one text (repeatable)")
+    p.add_argument("--ids", default=None, help="a text as comma-separated ids")
+    _add_method(p, "kn", "all")
+    p.add_argument("--start", type=int, default=1, help="first scored position of each text (default 1)")
+    p.add_argument("--eod", action="store_true", help="count end of document as a continuation")
+    p.set_defaults(func=run_lm_perplexity)
+
+
+def run_lm_perplexity(args: argparse.Namespace) -> int:
+    lm = _open_lm(args)
+    kw = _method_kwargs(args)
+    if args.method != "backoff":
+        kw.pop("k"), kw.pop("decay")
+    if args.method not in ("kn", "wb"):
+        kw.pop("order"), kw.pop("smoothing", None)
+    r = lm.perplexity(_texts(args), args.method, start=args.start, eod=args.eod, **kw)
+    print_json({"method": args.method, "perplexity": r.perplexity, "nll": r.nll, "bits_per_token": r.bits_per_token,
+                "tokens": r.num_tokens, "texts": r.num_texts, "seconds": round(r.seconds, 4),
+                "tokens_per_second": round(r.tokens_per_second)})
+    return 0
+
+
+def add_lm_tune(sub: Any) -> None:
+    p = sub.add_parser("lm-tune", help="tune unbounded Kneser-Ney on held-out text",
+                       description="Tune per-depth Kneser-Ney discounts and concentrations on held-out text. "
+                                   "INDEX must not contain the held-out text; the parameters then serve an "
+                                   "index over the whole corpus (lm-perplexity --smoothing OUT).")
+    _add_index(p)
+    p.add_argument("--heldout", action="append", required=True, help="held-out text file (repeatable)")
+    p.add_argument("--out", required=True, help="parameters JSON to write")
+    p.add_argument("--depths", type=int, default=24, help="context lengths with their own parameters (default 24)")
+    p.add_argument("--steps", type=int, default=6, help="L-BFGS rounds at most (default 6)")
+    p.add_argument("--order", type=int, default=None, help="tune fixed-order KN instead (default: unbounded)")
+    p.set_defaults(func=run_lm_tune)
+
+
+def run_lm_tune(args: argparse.Namespace) -> int:
+    from .smoothing import fit
+
+    lm = _open_lm(args)
+    texts = []
+    for f in args.heldout:
+        if not Path(f).is_file():
+            raise CLIError(f"file not found: {f}")
+        texts.append(Path(f).read_text(encoding="utf-8"))
+    t0 = time.perf_counter()
+    params = fit(lm, texts, start=lm.smoothing(args.order), depths=args.depths, steps=args.steps)
+    params.save(args.out)
+    print_json({"out": args.out, "seconds": round(time.perf_counter() - t0, 2), "note": params.note})
+    return 0
+
+
+# ------------------------------------------------------------------ analyze
+
+
+def add_analyze(sub: Any) -> None:
+    p = sub.add_parser("analyze", help="the paper's §4 analyses: agreement by effective n, vs a neural LM",
+                       description="Token-wise agreement of the ∞-gram (and an n-gram) with held-out text by "
+                                   "effective n, the distribution of effective n, and agreement per bucket of a "
+                                   "neural model's probability; writes PNG plots and a JSON summary.")
+    p.add_argument("index", nargs="+", help="index directory")
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--texts", nargs="+", required=True, help="held-out files / directories / .jsonl")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--out", default="eval/plots", help="output directory (default eval/plots)")
+    p.add_argument("--prefix", default="analysis", help="file name prefix")
+    p.add_argument("--n", type=int, default=5, help="the n-gram baseline's n (default 5)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="tokens per text (default 1024, as the paper)")
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--model", default=None, help="a transformers causal LM (directory or hub name) for Figure 4")
+    p.add_argument("--window", type=int, default=None, help="the model's sliding window (default its context)")
+    p.add_argument("--title", default="")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_analyze)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    from .analysis import analyze, plot_analysis, save_summary
+    from .lm import InfiniGramLM
+
+    index = open_index(args.index)
+    tok = load_index_tokenizer(index, args.tokenizer)
+    lm = InfiniGramLM(index, tok, max_context=max(args.n - 1, 1))
+    model = None
+    if args.model:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(args.model)
+        except OSError as exc:
+            raise CLIError(f"could not load model {args.model!r}: {exc}") from None
+    texts = [d[args.text_column] for d in read_documents(args.texts, args.text_column)]
+    res = analyze(lm, texts, n=args.n, threshold=args.threshold, max_tokens=args.max_tokens, model=model,
+                  window=args.window, progress=not args.no_progress)
+    paths = plot_analysis(res, args.out, prefix=args.prefix, title=args.title)
+    summary = save_summary(res, Path(args.out) / f"{args.prefix}_summary.json", index=[str(p) for p in args.index],
+                           texts=len(texts), model=args.model)
+    print_json({"plots": [str(p) for p in paths], "summary": str(Path(args.out) / f"{args.prefix}_summary.json"),
+                "tokens": summary["tokens"], "infgram_agreement": summary["infgram"]["agreement"],
+                f"{args.n}gram_agreement": summary[f"{args.n}gram"]["agreement"],
+                "median_effective_n": summary["effective_n"]["median"]})
+    return 0
+
+
+# ------------------------------------------------------------------ decontaminate
+
+
+def add_decontaminate(sub: Any) -> None:
+    p = sub.add_parser("decontaminate", help="drop reference documents that overlap the evaluation set",
+                       description="Drop reference documents with at least THRESHOLD of their n-grams in the "
+                                   "evaluation texts (paper App. B / BFF: n=13, 80%%), before building an index.")
+    p.add_argument("--eval", nargs="+", required=True, help="evaluation files / directories / .jsonl")
+    p.add_argument("--input", nargs="+", required=True, help="reference files / directories / .jsonl")
+    p.add_argument("--output", required=True, help="the kept documents as .jsonl (then: infinigram-hf build)")
+    p.add_argument("--n", type=int, default=13)
+    p.add_argument("--threshold", type=float, default=0.8)
+    p.add_argument("--unit", choices=["words", "whitespace", "chars"], default="words")
+    p.add_argument("--lowercase", action="store_true")
+    p.add_argument("--text-column", default="text")
+    p.set_defaults(func=run_decontaminate)
+
+
+def run_decontaminate(args: argparse.Namespace) -> int:
+    from .decontaminate import Decontaminator
+
+    deco = Decontaminator((d[args.text_column] for d in read_documents(args.eval, args.text_column)), n=args.n,
+                          threshold=args.threshold, unit=args.unit, lowercase=args.lowercase)
+    report = deco.new_report()
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for doc in deco.filter(read_documents(args.input, args.text_column), report, args.text_column):
+            fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    tmp.replace(out)
+    d = report.as_dict()
+    d["dropped_indices"] = d["dropped_indices"][:100]
+    print_json({"output": str(out), "eval_ngrams": len(deco), **d})
+    return 0
+
+
+LM_COMMANDS = [add_generate, add_lm_perplexity, add_lm_tune, add_analyze, add_decontaminate]
+
+
+def register(sub: Any) -> None:
+    """Add the LM subcommands to the `infinigram-hf` subparsers."""
+    for add in LM_COMMANDS:
+        add(sub)
