@@ -11,6 +11,9 @@ from .results import Document, FindResult, NextTokenDistribution, ProbResult, Sc
 # infinigram_hf.perplexity import ...`.
 from .interpolation import EffectiveNBreakdown, LambdaFit, PerplexityResult, TokenScores, interpolate, tune_lambdas
 from .perplexity import perplexity, token_scores, with_index
+# The standalone ∞-gram LM: generation, smoothed perplexity (infinigram_hf.lm, .smoothing).
+from .lm import InfiniGramLM
+from .smoothing import SmoothingParams
 
 __version__ = "0.1.0"
 
@@ -47,5 +50,7 @@ __all__ = [
     "TokenScores",
     "LambdaFit",
     "EffectiveNBreakdown",
+    "InfiniGramLM",
+    "SmoothingParams",
     "__version__",
 ]

@@ -60,7 +60,7 @@ class LMScore:
 
 
 @dataclass(frozen=True)
-class PerplexityResult:
+class LMPerplexity:
     """exp(mean negative log-likelihood) over the scored tokens of all texts."""
 
     perplexity: float
@@ -221,7 +221,7 @@ class InfiniGramLM:
         return LMScore(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
 
     def perplexity(self, texts: Union[str, Iterable[Any]], method: str = "kn", *, start: int = 1,
-                   **opts: Any) -> PerplexityResult:
+                   **opts: Any) -> LMPerplexity:
         """Perplexity over texts (strings or id sequences), each scored on its own; positions
         before `start` (default 1: the first token has no context) are not counted. Back-off
         floors zero probabilities at 1e-10 (floor=); the ∞-gram may give inf."""
@@ -240,7 +240,7 @@ class InfiniGramLM:
                 total += float(-np.log(probs).sum())
         secs = time.perf_counter() - t0
         nll = total / count if count else float("nan")
-        return PerplexityResult(perplexity=math.exp(nll) if count else float("nan"), nll=nll,
+        return LMPerplexity(perplexity=math.exp(nll) if count else float("nan"), nll=nll,
                                 num_tokens=count, num_texts=n_texts, seconds=secs, method=method)
 
     def distribution(self, context: Union[str, Sequence[int], np.ndarray], method: str = "kn",
