@@ -236,6 +236,17 @@ static void test_large(void) {
     for (int64_t i = 0; i < 1000; i++) T[i] = (uint32_t)(rnd() % 8);
     for (int64_t i = 1000; i < n; i++) T[i] = rnd() % 500 ? T[i - 1000] : (uint32_t)(rnd() % 8);
     run_text(T, n, 8, "repeats");
+    free(T);
+    /* alphabets and reduced alphabets beyond 2^17 symbols take the prefetch-pipelined paths */
+    n = 1500000;
+    T = malloc((size_t)n * sizeof(uint32_t));
+    for (int64_t i = 0; i < n; i++) T[i] = (uint32_t)(rnd() % 65536); /* reduced K ~ 500k */
+    run_text(T, n, 65536, "large-reduced-alphabet");
+    for (int64_t i = 0; i < n; i++) T[i] = (uint32_t)(rnd() % 1000000); /* K <= n: no remap */
+    run_text(T, n, 1000000, "large-alphabet");
+    for (int64_t i = 0; i < n; i++) T[i] = i % 3 ? (uint32_t)(rnd() % 300000) : 7; /* repeats */
+    for (int64_t i = 600000; i < n; i++) T[i] = T[i - 600000];
+    run_text(T, n, 300000, "large-alphabet-repeats");
     /* Fibonacci over 2 symbols, large */
     int64_t la = 1, lb = 2;
     T[0] = 0, T[1] = 1;
