@@ -1,0 +1,411 @@
+"""The ∞-gram as a speculative-decoding drafter: cheap guesses of the next few tokens.
+
+Two sources, whichever matches the current sequence longer:
+
+* the **∞-gram** (the index): take the longest suffix of the context that occurs in the corpus
+  (a decoding state, cached by context in a `SuffixCache`), propose its most frequent
+  continuation, narrow the match by it and repeat (one C call, `ig_draft_chain`). The draft
+  stops when the continuation gets rare or uncertain (count, share of the context's
+  occurrences, product of those shares) or reaches its cap; the cap grows with the match
+  length, so a long match drafts long and a short one drafts little.
+* **prompt lookup** (the sequence itself): the longest suffix of the sequence that also occurs
+  earlier in it, and what followed (`ig_draft_lookup`) — repeated identifiers, copied lines,
+  a model looping.
+
+When neither matches at least its minimum length the draft is empty: the decoding loop then
+runs a plain one-token step, so text the index knows nothing about costs (almost) nothing.
+
+Example:
+    >>> drafter = InfiniGramDrafter(index, max_draft=8)             # doctest: +SKIP
+    >>> d = drafter.draft(tokenizer.encode("import os\\nimport "))   # doctest: +SKIP
+    >>> d.tokens, d.source, d.match_len                             # doctest: +SKIP
+    (array([25064, 198]), 'infgram', 5)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ._native import check, err_buffer, ffi, lib
+from .index import InfiniGramIndex
+
+SOURCES = ("longest", "lookup_first", "infgram_first", "infgram", "lookup")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed continuation of one sequence.
+
+    tokens: int64 ids (possibly empty). source: "infgram", "lookup" or "none". match_len: length
+    of the match it was drafted from (∞-gram suffix length, or prompt-lookup match length).
+    counts / totals: for ∞-gram drafts, occurrences of each drafted continuation and of its
+    context in the corpus (counts[i] / totals[i] = P_∞ of token i); empty otherwise.
+    """
+
+    tokens: np.ndarray
+    source: str
+    match_len: int
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    totals: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """Several candidate continuations as a token tree (for one verification pass).
+
+    tokens[i] is node i's token, parents[i] its parent node (-1 = the sequence's last token).
+    Parents come before children; depth[i] = 1 + depth of its parent (1 for the root's children).
+    """
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    depth: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Sequence[int]], max_nodes: int) -> "DraftTree":
+        """A trie of the paths (shared prefixes merged), first paths first, at most max_nodes."""
+        tokens: list[int] = []
+        parents: list[int] = []
+        depth: list[int] = []
+        children: dict[tuple[int, int], int] = {}
+        for path in paths:
+            parent = -1
+            for t in path:
+                key = (parent, int(t))
+                node = children.get(key)
+                if node is None:
+                    if len(tokens) >= max_nodes:
+                        break
+                    node = len(tokens)
+                    children[key] = node
+                    tokens.append(int(t))
+                    parents.append(parent)
+                    depth.append(1 if parent < 0 else depth[parent] + 1)
+                parent = node
+        return cls(np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64),
+                   np.asarray(depth, dtype=np.int64))
+
+
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
+_NONE = Draft(_EMPTY_I64, "none", 0)
+
+
+def _check_int(name: str, v: Any, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _check_float(name: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not lo <= float(v) <= hi:
+        raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+    return float(v)
+
+
+class InfiniGramDrafter:
+    """Drafts continuations from an ∞-gram index and from the sequence itself.
+
+    Args:
+        index: the InfiniGramIndex (built with the model's tokenizer). None: prompt lookup only.
+        max_draft: most tokens drafted at once.
+        min_match: the ∞-gram drafts only when the context's longest matched suffix has at
+            least this many tokens (the off-switch: out-of-domain text matches short).
+        match_ratio: the draft cap grows with the match: ceil(match_ratio * match_len) tokens
+            (at most max_draft). 0 = always max_draft.
+        min_count, min_share, min_joint: an ∞-gram draft stops before a continuation seen fewer
+            than min_count times, or holding less than min_share of its context's occurrences,
+            or when the product of shares along the draft would fall below min_joint.
+        prompt_lookup: also draft from the sequence itself.
+        lookup_min_match / lookup_max_match: match lengths considered by prompt lookup.
+        source: how the two sources combine: "longest" (the longer match wins; ties go to the
+            ∞-gram), "lookup_first" / "infgram_first" (the other only when the first has no
+            draft), "infgram" or "lookup" (one source only).
+        eos_token_id: the id a document end in the corpus is drafted as (default: the index's);
+            also a document boundary: the ∞-gram context starts after the last one.
+        cache: a SuffixCache to reuse (default: a new one on the index).
+
+    Example:
+        >>> drafter = InfiniGramDrafter(index)                       # doctest: +SKIP
+        >>> drafter.draft([1, 2, 3]).tokens                          # doctest: +SKIP
+    """
+
+    def __init__(self, index: Optional[InfiniGramIndex], *, max_draft: int = 8, min_match: int = 2,
+                 match_ratio: float = 1.0, min_count: int = 1, min_share: float = 0.2, min_joint: float = 0.05,
+                 prompt_lookup: bool = True, lookup_min_match: int = 3, lookup_max_match: int = 64,
+                 source: str = "longest", eos_token_id: Optional[int] = None, cache: Any = None):
+        if index is not None and not isinstance(index, InfiniGramIndex):
+            raise ValueError(f"index must be an InfiniGramIndex or None, got {type(index).__name__}")
+        self.index = index
+        self.max_draft = _check_int("max_draft", max_draft, 0)
+        self.min_match = _check_int("min_match", min_match, 1)
+        self.match_ratio = _check_float("match_ratio", match_ratio, 0.0, 1e9)
+        self.min_count = _check_int("min_count", min_count, 1)
+        self.min_share = _check_float("min_share", min_share, 0.0, 1.0)
+        self.min_joint = _check_float("min_joint", min_joint, 0.0, 1.0)
+        self.prompt_lookup = bool(prompt_lookup)
+        self.lookup_min_match = _check_int("lookup_min_match", lookup_min_match, 1)
+        self.lookup_max_match = _check_int("lookup_max_match", lookup_max_match, self.lookup_min_match)
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        if index is None and source in ("infgram", "infgram_first"):
+            raise ValueError(f"source={source!r} needs an index")
+        self.source = source
+        if eos_token_id is None and index is not None:
+            eos_token_id = index.eos_token_id
+        self.eos_token_id = None if eos_token_id is None else _check_int("eos_token_id", eos_token_id, 0)
+        self.cache = cache if cache is not None else (index.suffix_cache(lookback=max(16, self.max_draft + 2))
+                                                      if index is not None else None)
+        if index is not None:
+            self._state_size = 2 + 2 * index.num_shards
+        self._buf_tok = np.zeros(max(self.max_draft, 1), dtype=np.uint32)
+        self._buf_cnt = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
+        self._buf_tot = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
+        self._buf_look = np.zeros(max(self.max_draft, 1), dtype=np.int64)
+        self._n = ffi.new("int64_t *")
+        self._err = err_buffer()
+        self.stats = {"drafts": 0, "infgram": 0, "lookup": 0, "none": 0, "tokens": 0}
+
+    # ------------------------------------------------------------ pieces
+
+    def cap_for(self, match_len: int, limit: Optional[int] = None) -> int:
+        """Draft cap for a match of match_len tokens (and at most `limit`)."""
+        cap = self.max_draft if self.match_ratio == 0 else min(self.max_draft, math.ceil(self.match_ratio * match_len))
+        return cap if limit is None else max(0, min(cap, limit))
+
+    def context(self, ids: np.ndarray) -> np.ndarray:
+        """The part of a sequence the ∞-gram conditions on: after its last document boundary
+        (EOS, or an id the index cannot hold)."""
+        if not len(ids):
+            return ids
+        bound = ids >= self.index.vocab_size
+        if self.eos_token_id is not None:
+            bound |= ids == self.eos_token_id
+        if bound.any():
+            return ids[int(np.flatnonzero(bound)[-1]) + 1:]
+        return ids
+
+    def infgram_state(self, ids: np.ndarray) -> np.ndarray:
+        """The decoding state (suffix_len, count, ranges) of the sequence's ∞-gram context."""
+        return self.cache.state(self.context(ids)).values
+
+    def infgram_chain(self, state: np.ndarray, max_tokens: int) -> Draft:
+        """Greedy ∞-gram draft of at most max_tokens from a decoding state (thresholds applied)."""
+        max_tokens = min(max_tokens, self.max_draft)
+        if max_tokens <= 0 or state[0] <= 0:
+            return _NONE
+        st = np.ascontiguousarray(state, dtype=np.int64)
+        eos = -1 if self.eos_token_id is None else self.eos_token_id
+        with self.index._handle() as ix:
+            rc = lib.ig_draft_chain(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_tokens, self.min_count,
+                                    self.min_share, self.min_joint, eos,
+                                    ffi.cast("uint32_t *", ffi.from_buffer(self._buf_tok)),
+                                    ffi.cast("uint64_t *", ffi.from_buffer(self._buf_cnt)),
+                                    ffi.cast("uint64_t *", ffi.from_buffer(self._buf_tot)), self._n, self._err,
+                                    len(self._err))
+        check(rc, self._err)
+        n = int(self._n[0])
+        return Draft(self._buf_tok[:n].astype(np.int64), "infgram", int(state[0]), self._buf_cnt[:n].copy(),
+                     self._buf_tot[:n].copy())
+
+    def lookup(self, ids: np.ndarray, max_tokens: Optional[int] = None) -> Draft:
+        """Prompt-lookup draft: the continuation of the longest earlier match of the sequence's
+        suffix (at least lookup_min_match tokens), capped by the match length rule."""
+        seq = np.ascontiguousarray(ids, dtype=np.int64)
+        cap = self.max_draft if max_tokens is None else min(max_tokens, self.max_draft)
+        if cap <= 0 or len(seq) < 2:
+            return _NONE
+        m = lib.ig_draft_lookup(ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), self.lookup_min_match,
+                                self.lookup_max_match, cap, ffi.cast("int64_t *", ffi.from_buffer(self._buf_look)),
+                                self._n, ffi.NULL)
+        if m <= 0:
+            return _NONE
+        k = min(int(self._n[0]), self.cap_for(int(m)))
+        return Draft(self._buf_look[:k].copy(), "lookup", int(m))
+
+    # ------------------------------------------------------------ the draft
+
+    def draft(self, ids: Any, max_tokens: Optional[int] = None) -> Draft:
+        """A draft continuing `ids` (1-D real token ids, no padding), at most max_tokens long.
+        Stateless: the ∞-gram state comes from the SuffixCache (keyed by context)."""
+        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
+        return self._count(self._pick(seq, self._limit(max_tokens), self.infgram_state))
+
+    def _limit(self, max_tokens: Optional[int]) -> int:
+        return self.max_draft if max_tokens is None else max(0, min(int(max_tokens), self.max_draft))
+
+    def _count(self, d: Draft) -> Draft:
+        self.stats["drafts"] += 1
+        self.stats[d.source] += 1
+        self.stats["tokens"] += len(d.tokens)
+        return d
+
+    def _pick(self, seq: np.ndarray, limit: int, state_of: Any) -> Draft:
+        if limit <= 0:
+            return _NONE
+        use_inf = self.index is not None and self.source != "lookup"
+        use_look = self.prompt_lookup and self.source != "infgram"
+        look = self.lookup(seq, limit) if use_look else _NONE
+        if self.source == "lookup_first" and len(look):
+            return look
+        inf = _NONE
+        if use_inf:
+            state = state_of(seq)
+            slen = int(state[0])
+            if slen >= self.min_match and not (self.source == "longest" and look.match_len > slen):
+                inf = self.infgram_chain(state, self.cap_for(slen, limit))
+        if self.source == "infgram_first":
+            return inf if len(inf) else look
+        if self.source == "longest":
+            return inf if len(inf) and inf.match_len >= look.match_len else (look if len(look) else inf)
+        return inf if len(inf) else look
+
+    # ------------------------------------------------------------ decoding loops
+
+    def start(self, ids: Any) -> "DraftRow":
+        """Per-sequence drafting state for a decoding loop that appends tokens with `append`:
+        the ∞-gram state is carried along (one C call per step, no context hashing)."""
+        seq = _as_i64(ids)
+        row = DraftRow(np.zeros(max(64, 2 * len(seq)), dtype=np.int64), len(seq), 0, None)
+        row.buf[:len(seq)] = seq
+        if self.index is not None and self.source != "lookup":
+            row.ctx_start = len(seq) - len(self.context(seq))
+            row.state = self.cache.state(seq[row.ctx_start:]).values.copy()
+        return row
+
+    def append(self, row: "DraftRow", tokens: Any) -> None:
+        """Add tokens the loop accepted to a row (updates its ∞-gram state)."""
+        new = np.asarray(tokens, dtype=np.int64)
+        k = len(new)
+        if not k:
+            return
+        if row.n + k > len(row.buf):
+            buf = np.zeros(max(2 * len(row.buf), row.n + k), dtype=np.int64)
+            buf[:row.n] = row.buf[:row.n]
+            row.buf = buf
+        row.buf[row.n:row.n + k] = new
+        row.n += k
+        if row.state is None:
+            return
+        bound = new >= self.index.vocab_size
+        if self.eos_token_id is not None:
+            bound |= new == self.eos_token_id
+        if bound.any():  # a new document starts: its context is only what follows the boundary
+            row.ctx_start = row.n - k + int(np.flatnonzero(bound)[-1]) + 1
+            row.state = self.cache.state(row.buf[row.ctx_start:row.n]).values.copy()
+            return
+        need = int(row.state[0]) + k
+        tail = row.buf[row.n - need:row.n].astype(np.uint32)
+        with self.index._handle() as ix:
+            rc = lib.ig_draft_advance(ix, ffi.cast("int64_t *", ffi.from_buffer(row.state)),
+                                      ffi.cast("uint32_t *", ffi.from_buffer(tail)), need, k,
+                                      ffi.cast("int64_t *", ffi.from_buffer(row.state)), self._err, len(self._err))
+        check(rc, self._err)
+
+    def draft_row(self, row: "DraftRow", max_tokens: Optional[int] = None) -> Draft:
+        """The draft continuing a row started with `start`."""
+        return self._count(self._pick(row.buf[:row.n], self._limit(max_tokens), lambda _seq: row.state))
+
+    def draft_batch(self, rows: Sequence[Any], max_tokens: Optional[Sequence[int]] = None) -> list[Draft]:
+        """Drafts for several sequences (each 1-D real ids), with per-row caps."""
+        if max_tokens is None:
+            return [self.draft(r) for r in rows]
+        return [self.draft(r, int(m)) for r, m in zip(rows, max_tokens)]
+
+    # ------------------------------------------------------------ trees
+
+    def children(self, state: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The k most frequent next tokens of a state's matched suffix: (tokens, counts, child
+        states (k, state size), total occurrences of the suffix)."""
+        st = np.ascontiguousarray(state, dtype=np.int64)
+        toks = np.zeros(max(k, 1), dtype=np.uint32)
+        cnts = np.zeros(max(k, 1), dtype=np.uint64)
+        child = np.zeros((max(k, 1), self._state_size), dtype=np.int64)
+        total = ffi.new("uint64_t *")
+        with self.index._handle() as ix:
+            rc = lib.ig_draft_children(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), k,
+                                       ffi.cast("uint32_t *", ffi.from_buffer(toks)),
+                                       ffi.cast("uint64_t *", ffi.from_buffer(cnts)),
+                                       ffi.cast("int64_t *", ffi.from_buffer(child)), total, self._n, self._err,
+                                       len(self._err))
+        check(rc, self._err)
+        n = int(self._n[0])
+        return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
+
+    def tree(self, ids: Any, *, width: int = 3, max_nodes: int = 16, max_tokens: Optional[int] = None,
+             branch_share: float = 0.1) -> DraftTree:
+        """Several candidate continuations merged into a token tree: the draft `draft()` would
+        return first, then the other source's draft, then for up to `width` frequent first
+        tokens of the ∞-gram (each holding at least branch_share of its context's occurrences)
+        their greedy chains. At most max_nodes nodes, paths at most max_tokens deep."""
+        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
+        return self._tree(seq, self._limit(max_tokens), self.infgram_state, width, max_nodes, branch_share)
+
+    def tree_row(self, row: "DraftRow", *, width: int = 3, max_nodes: int = 16, max_tokens: Optional[int] = None,
+                 branch_share: float = 0.1) -> DraftTree:
+        """`tree` for a row started with `start`."""
+        return self._tree(row.buf[:row.n], self._limit(max_tokens), lambda _seq: row.state, width, max_nodes,
+                          branch_share)
+
+    def _tree(self, seq: np.ndarray, limit: int, state_of: Any, width: int, max_nodes: int,
+              branch_share: float) -> DraftTree:
+        if limit <= 0 or max_nodes <= 0:
+            return DraftTree.from_paths([], 0)
+        main = self._count(self._pick(seq, limit, state_of))
+        paths = [main.tokens] if len(main) else []
+        if main.source != "lookup" and self.prompt_lookup and self.source != "infgram":
+            look = self.lookup(seq, limit)
+            if len(look):
+                paths.append(look.tokens)
+        if self.index is not None and self.source != "lookup" and width > 0:
+            state = state_of(seq)
+            slen = int(state[0])
+            if slen >= self.min_match:
+                if main.source != "infgram":  # the ∞-gram's own chain, as the second candidate
+                    alt = self.infgram_chain(state, self.cap_for(slen, limit))
+                    if len(alt):
+                        paths.append(alt.tokens)
+                toks, cnts, child, total = self.children(state, width)
+                for t, c, cs in zip(toks, cnts, child):
+                    if total == 0 or c < branch_share * total or t == self.index.separator_id:
+                        continue
+                    rest = self.infgram_chain(cs, self.cap_for(slen + 1, limit) - 1) if limit > 1 else _NONE
+                    paths.append(np.concatenate([[t], rest.tokens]).astype(np.int64))
+        return DraftTree.from_paths(paths, max_nodes)
+
+
+@dataclass
+class DraftRow:
+    """One sequence of a decoding loop: its ids (buf[:n]), where its ∞-gram context starts and
+    the context's decoding state (None when the ∞-gram is not used)."""
+
+    buf: np.ndarray
+    n: int
+    ctx_start: int
+    state: Optional[np.ndarray]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.buf[:self.n]
+
+
+def _as_i64(ids: Any) -> np.ndarray:
+    if hasattr(ids, "detach"):
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids)
+    if arr.ndim != 1:
+        raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"ids must hold integer token ids, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+__all__ = ["Draft", "DraftRow", "DraftTree", "InfiniGramDrafter"]

@@ -1,0 +1,67 @@
+/* infinigram_draft.h - draft continuations for speculative decoding.
+ *
+ * A drafter proposes the next few tokens cheaply; the model verifies them all in one forward
+ * pass and keeps the prefix it agrees with. Two sources:
+ *
+ *  - the ∞-gram (ig_draft_chain): from a decoding state (infinigram_batch.h, the longest suffix
+ *    of the context that occurs in the corpus), repeatedly take the most frequent next token of
+ *    the matched suffix and narrow the suffix-array ranges by it. The match only grows along
+ *    the draft, so each drafted token costs one narrowing (a binary search in a range that
+ *    shrinks) and the walk of a small range. It stops when the continuation becomes rare
+ *    (count), uncertain (its share of the context's occurrences, or the product of those
+ *    shares along the draft) or when the draft is long enough.
+ *  - the sequence itself (ig_draft_lookup): prompt lookup, the longest suffix of the sequence
+ *    that also occurs earlier in it, and what followed that occurrence.
+ *
+ * Most frequent next token: exact (a walk over the range) when the matched suffix occurs at
+ * most IG_DRAFT_EXACT_MAX times; above that, the tokens hit by IG_DRAFT_SAMPLES evenly spaced
+ * ranks are the candidates and the best few are counted exactly. Any token holding more than
+ * 1/IG_DRAFT_SAMPLES of the occurrences is always among the candidates (ranks are sorted by the
+ * next token), so a confident draft is never missed; counts reported are always exact.
+ */
+#ifndef INFINIGRAM_DRAFT_H
+#define INFINIGRAM_DRAFT_H
+
+#include "infinigram.h"
+
+#define IG_DRAFT_EXACT_MAX 2048
+#define IG_DRAFT_SAMPLES 64
+
+/* Greedy ∞-gram draft from a decoding state (ig_state_size(ix) values; suffix_len 0 drafts
+   nothing). Token i of the draft is the most frequent continuation of the matched suffix
+   followed by tokens 0..i-1; counts[i] = occurrences of that continuation, totals[i] =
+   occurrences of its context (so counts[i] / totals[i] is its ∞-gram probability). The draft
+   stops before a token with counts < min_count, counts / totals < min_share, or a running
+   product of shares < min_joint, and after max_tokens tokens. A document end (the separator)
+   as the most frequent continuation is drafted as eos_id and ends the draft (eos_id < 0: the
+   draft ends before it). tokens/counts/totals hold max_tokens entries (counts/totals may be
+   NULL); *n_out = tokens drafted. */
+int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
+                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
+                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen);
+
+/* The (up to) k most frequent next tokens of a state's matched suffix, most frequent first
+   (ties: smaller id), with their exact counts and the states of context + token
+   (child_states: k * ig_state_size(ix) values, may be NULL). A document end is reported as
+   the separator id and has no state (its row is left as the parent's). *total = occurrences
+   of the matched suffix; *n_out = tokens written. With more than IG_DRAFT_EXACT_MAX
+   occurrences the list holds the sampled candidates only (see above). */
+int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
+                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen);
+
+/* The state of ctx[0..len) from `state`, that of ctx[0..len - n_new): the last n_new tokens
+   added one by one (a narrowing each while the match grows, a bounded backoff search when it
+   does not). ctx may be any tail of the context holding the state's matched suffix and the new
+   tokens. out may alias state. */
+int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t n_new,
+                     int64_t *out, char *err, size_t errlen);
+
+/* Prompt lookup over seq[0..n) (any int64 ids, no index needed): the longest suffix of seq,
+   between min_len and max_len tokens, that also ends at an earlier position j < n - 1 (the
+   most recent such j on ties). The draft is what followed it, seq[j+1 ..], continued
+   periodically past the end of seq (a repeated pattern keeps repeating), at most max_tokens
+   ids into out. Returns the match length (0 = none; *n_out = 0). *pos_out = j (may be NULL). */
+int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t max_len, int64_t max_tokens,
+                        int64_t *out, int64_t *n_out, int64_t *pos_out);
+
+#endif /* INFINIGRAM_DRAFT_H */

@@ -1,0 +1,256 @@
+/* draft.c - draft continuations for speculative decoding (see infinigram_draft.h). */
+#include <stdlib.h>
+
+#include "infinigram_draft.h"
+#include "infinigram_batch.h"
+#include "ntd_batch.h"
+
+typedef struct {
+    uint32_t tok;
+    uint64_t cnt;
+} tc;
+
+static int by_tok(const void *a, const void *b) {
+    uint32_t x = ((const tc *)a)->tok, y = ((const tc *)b)->tok;
+    return x < y ? -1 : x > y;
+}
+
+/* Most frequent first; ties: smaller id (a stable, documented order). */
+static int by_cnt_desc(const void *a, const void *b) {
+    const tc *x = a, *y = b;
+    if (x->cnt != y->cnt) return x->cnt > y->cnt ? -1 : 1;
+    return x->tok < y->tok ? -1 : x->tok > y->tok;
+}
+
+/* Sort by token and sum the counts of equal tokens; returns the distinct count. */
+static int64_t merge_equal(tc *v, int64_t n) {
+    if (n <= 1) return n;
+    qsort(v, (size_t)n, sizeof *v, by_tok);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (m > 0 && v[m - 1].tok == v[i].tok) v[m - 1].cnt += v[i].cnt;
+        else v[m++] = v[i];
+    }
+    return m;
+}
+
+/* Exact count of context + t over all shards; the narrowed ranges land in next. */
+static uint64_t narrow_all(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        next[i] = rs[i].hi > rs[i].lo ? narrow1(&ix->shards[i], ix->token_width, rs[i], d, t) : rs[i];
+        c += (uint64_t)(next[i].hi - next[i].lo);
+    }
+    return c;
+}
+
+/* Candidate next tokens at depth d over the ranges rs, most frequent first, exact counts;
+   writes up to cap. Exact list when the context is small, sampled candidates otherwise. */
+static int64_t candidates(const ig_index *ix, const ig_range *rs, int64_t d, tc *out, int64_t cap,
+                          uint64_t *total, ig_range *tmp) {
+    int w = ix->token_width;
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) c += (uint64_t)(rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0);
+    *total = c;
+    if (c == 0 || cap <= 0) return 0;
+    int64_t n = 0;
+    if (c <= IG_DRAFT_EXACT_MAX) {
+        tc all[IG_DRAFT_EXACT_MAX];
+        uint32_t toks[IG_DRAFT_EXACT_MAX];
+        uint64_t cnts[IG_DRAFT_EXACT_MAX];
+        for (int i = 0; i < ix->n_shards; i++) {
+            if (rs[i].hi <= rs[i].lo) continue;
+            int64_t room = IG_DRAFT_EXACT_MAX - n;
+            int64_t m = walk_range(&ix->shards[i], w, rs[i], d, toks, cnts, room);
+            if (m > room) m = room; /* impossible for a valid index: at most one entry per occurrence */
+            for (int64_t j = 0; j < m; j++) all[n + j] = (tc){toks[j], cnts[j]};
+            n += m;
+        }
+        if (ix->n_shards > 1) n = merge_equal(all, n);
+        qsort(all, (size_t)n, sizeof *all, by_cnt_desc);
+        if (n > cap) n = cap;
+        memcpy(out, all, (size_t)n * sizeof *out);
+        return n;
+    }
+    /* Large context: evenly spaced ranks of every shard, in proportion to its share. */
+    tc hit[IG_DRAFT_SAMPLES + 64];
+    int64_t h = 0;
+    for (int i = 0; i < ix->n_shards && h < IG_DRAFT_SAMPLES + 64; i++) {
+        int64_t size = rs[i].hi - rs[i].lo;
+        if (size <= 0) continue;
+        int64_t s = (int64_t)((double)IG_DRAFT_SAMPLES * (double)size / (double)c + 0.5);
+        if (s < 1) s = 1;
+        if (s > IG_DRAFT_SAMPLES + 64 - h) s = IG_DRAFT_SAMPLES + 64 - h;
+        for (int64_t j = 0; j < s; j++) {
+            int64_t r = rs[i].lo + (int64_t)(((double)j + 0.5) * (double)size / (double)s);
+            hit[h++] = (tc){tok_rank(&ix->shards[i], w, r, d), 1};
+        }
+    }
+    h = merge_equal(hit, h);
+    qsort(hit, (size_t)h, sizeof *hit, by_cnt_desc);
+    /* Count the best sampled candidates exactly (a few more than asked, as sampling only
+       approximates their order). */
+    int64_t want = cap + 2 < h ? cap + 2 : h;
+    for (int64_t j = 0; j < want; j++) hit[j].cnt = narrow_all(ix, rs, d, hit[j].tok, tmp);
+    qsort(hit, (size_t)want, sizeof *hit, by_cnt_desc);
+    n = want < cap ? want : cap;
+    memcpy(out, hit, (size_t)n * sizeof *out);
+    return n;
+}
+
+int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
+                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
+                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
+    if (!n_out || (max_tokens > 0 && !tokens)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    if (max_tokens < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_tokens must be >= 0, got %lld", (long long)max_tokens);
+    *n_out = 0;
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) {
+        scratch_free(&sc);
+        return (int)l;
+    }
+    ig_range *cur = sc.a, *next = sc.b;
+    double joint = 1.0;
+    int64_t n = 0;
+    while (l > 0 && n < max_tokens) {
+        tc best;
+        uint64_t total;
+        if (candidates(ix, cur, l, &best, 1, &total, sc.c) < 1) break;
+        double share = (double)best.cnt / (double)total;
+        if (best.cnt < min_count || share < min_share || joint * share < min_joint) break;
+        if (best.tok == ix->separator) { /* the document ends here */
+            if (eos_id >= 0) {
+                tokens[n] = (uint32_t)eos_id;
+                if (counts) counts[n] = best.cnt;
+                if (totals) totals[n] = total;
+                n++;
+            }
+            break;
+        }
+        tokens[n] = best.tok;
+        if (counts) counts[n] = best.cnt;
+        if (totals) totals[n] = total;
+        n++;
+        joint *= share;
+        narrow_all(ix, cur, l, best.tok, next);
+        ig_range *t = cur; cur = next; next = t;
+        l++;
+    }
+    *n_out = n;
+    scratch_free(&sc);
+    return IG_OK;
+}
+
+int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
+                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
+    if (!n_out || !total || (k > 0 && (!tokens || !counts))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    if (k < 0) return ig_fail(err, errlen, IG_ERR_ARG, "k must be >= 0, got %lld", (long long)k);
+    *n_out = 0;
+    *total = 0;
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) {
+        scratch_free(&sc);
+        return (int)l;
+    }
+    tc *best = k > 0 ? malloc((size_t)k * sizeof *best) : NULL;
+    if (k > 0 && !best) {
+        scratch_free(&sc);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    int64_t n = candidates(ix, sc.a, l, best, k, total, sc.c);
+    int64_t size = ig_state_size(ix);
+    for (int64_t j = 0; j < n; j++) {
+        tokens[j] = best[j].tok;
+        counts[j] = best[j].cnt;
+        if (!child_states) continue;
+        int64_t *cs = child_states + j * size;
+        if (best[j].tok == ix->separator) {
+            memcpy(cs, state, (size_t)size * sizeof *cs);
+            continue;
+        }
+        narrow_all(ix, sc.a, l, best[j].tok, sc.b);
+        state_store(ix, l + 1, sc.b, cs);
+    }
+    *n_out = n;
+    free(best);
+    scratch_free(&sc);
+    return IG_OK;
+}
+
+int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t max_len, int64_t max_tokens,
+                        int64_t *out, int64_t *n_out, int64_t *pos_out) {
+    if (n_out) *n_out = 0;
+    if (pos_out) *pos_out = -1;
+    if (!seq || n < 2 || max_len < 1 || max_len < min_len) return 0;
+    if (min_len < 1) min_len = 1;
+    int64_t best = 0, at = -1;
+    const int64_t last = seq[n - 1];
+    for (int64_t j = n - 2; j >= 0 && best < max_len; j--) { /* most recent first: ties keep it */
+        if (seq[j] != last) continue;
+        int64_t k = 1;
+        while (k < max_len && j - k >= 0 && seq[j - k] == seq[n - 1 - k]) k++;
+        if (k > best) {
+            best = k;
+            at = j;
+        }
+    }
+    if (best < min_len) return 0;
+    int64_t m = 0;
+    if (out) {
+        /* out[i] = (seq + out)[at + 1 + i]: past the end of seq, copy what was just drafted. */
+        for (; m < max_tokens; m++) {
+            int64_t src = at + 1 + m;
+            out[m] = src < n ? seq[src] : out[src - n];
+        }
+    }
+    if (n_out) *n_out = m;
+    if (pos_out) *pos_out = at;
+    return best;
+}
+
+int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t n_new,
+                     int64_t *out, char *err, size_t errlen) {
+    if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
+    if (n_new < 0 || n_new > len)
+        return ig_fail(err, errlen, IG_ERR_ARG, "n_new must be in [0, %lld], got %lld", (long long)len, (long long)n_new);
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) rc = (int)l;
+    else if (len - n_new < l)
+        rc = ig_fail(err, errlen, IG_ERR_ARG, "the context given has %lld tokens before the new ones; the state's "
+                     "matched suffix needs %lld", (long long)(len - n_new), (long long)l);
+    else rc = check_ids(ix, ctx + len - n_new - l, l + n_new, "context", err, errlen);
+    if (rc) {
+        scratch_free(&sc);
+        return rc;
+    }
+    ig_range *cur = sc.a, *next = sc.b;
+    for (int64_t p = len - n_new; p < len; p++) { /* ctx[0..p) has state (l, cur); add ctx[p] */
+        uint32_t t = ctx[p];
+        uint64_t c = 0;
+        for (int i = 0; i < ix->n_shards; i++) {
+            const ig_shard *s = &ix->shards[i];
+            ig_range r = cur[i];
+            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, t);
+            else next[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, t) : r;
+            c += (uint64_t)(next[i].hi - next[i].lo);
+        }
+        if (c > 0) {
+            ig_range *tmp = cur; cur = next; next = tmp;
+            l++;
+        } else { /* back off: the longest suffix of ctx[0..p+1), at most l tokens */
+            l = longest_suffix(ix, ctx, p + 1, l, cur, sc.c);
+        }
+    }
+    state_store(ix, l, cur, out);
+    scratch_free(&sc);
+    return IG_OK;
+}
