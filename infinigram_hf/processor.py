@@ -161,15 +161,20 @@ class InfiniGramLogitsProcessor(_Base):
         dev = logp.device
         with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
             shift = np.log1p(-lam)
-        out = logp + torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)[:, None]
         r_idx = torch.from_numpy(row_of).to(dev)
         c_idx = torch.from_numpy(tok).to(dev)
-        add = torch.from_numpy(logv).to(device=dev, dtype=logp.dtype)
         neural = logp[r_idx, c_idx]
-        mixed = torch.logaddexp(out[r_idx, c_idx], add)
+        active = np.flatnonzero(lam > 0)
+        shift_t = torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)
+        if len(active) == logp.shape[0]:
+            logp += shift_t[:, None]  # in place: logp is our own tensor
+        else:
+            act = torch.from_numpy(active).to(dev)
+            logp[act] += shift_t[act, None]
+        mixed = torch.logaddexp(neural + shift_t[r_idx], torch.from_numpy(logv).to(device=dev, dtype=logp.dtype))
         # Tokens an earlier processor forbade (-inf) stay forbidden.
-        out[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
-        return out.to(scores.dtype)
+        logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
+        return logp.to(scores.dtype)
 
 
 def _opt_id(value: Any, name: str) -> Optional[int]:

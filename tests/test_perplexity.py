@@ -149,3 +149,14 @@ def test_with_index_rescores_only_the_infgram_side(tiny_model, tiny_tok, tiny_in
     np.testing.assert_array_equal(with_index(no_bos, tiny_tok, DOCS, tiny_index).infgram_prob, no_bos.infgram_prob)
     with pytest.raises(ValueError, match="documents"):
         with_index(full, tiny_tok, DOCS[:2], tiny_index)
+
+
+def test_demo_model_trains_and_is_cached(tiny_index, tiny_tok, tmp_path):
+    from infinigram_hf.demo_model import tiny_gpt2
+
+    model, tok = tiny_gpt2(tiny_index, tiny_tok, tmp_path / "m", steps=2, batch=2, seq_len=16, n_embd=16,
+                           verbose=False)
+    again, _ = tiny_gpt2(tiny_index, tiny_tok, tmp_path / "m", steps=2, batch=2, seq_len=16, n_embd=16)
+    for a, b in zip(model.parameters(), again.parameters()):
+        assert torch.equal(a, b)
+    assert model.config.vocab_size == len(tiny_tok)
