@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Index build, ours vs the official infini-gram 2.6.0 indexer, side by side in one run.
+
+For each corpus (pre-tokenized u16 arrays from eval/corpora.py) both engines index the same
+documents; we report wall time, peak RSS of the largest process and bytes per token on disk.
+
+    .venv/bin/python eval/bench_build.py --corpora stdlib.reference linux200m --runs 3
+
+`linux200m` is the first documents of the linux corpus up to 200M tokens (made on first use).
+Our build runs in a fresh subprocess each time (peak RSS = that process's ru_maxrss); tokens
+are streamed from the .npy file in chunks, as a user's corpus iterator would, rather than
+memory-mapped whole. The official build is measured by eval/official_engine.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import corpora  # noqa: E402
+
+RESULTS = HERE / "results" / "build.json"
+
+
+def ensure_prefix_corpus(name: str) -> None:
+    """linux200m -> the first linux documents holding at least 200M tokens."""
+    if not name.startswith("linux") or name == "linux" or corpora.tokens_path(name).exists():
+        return
+    want = int(float(name[len("linux"):].rstrip("m")) * 1e6)
+    tokens, offsets = corpora.load_tokens("linux")
+    n_docs = int(np.searchsorted(offsets, want, side="left"))
+    end = int(offsets[n_docs])
+    np.save(corpora.tokens_path(name), np.asarray(tokens[:end]))
+    np.save(corpora.offsets_path(name), np.asarray(offsets[: n_docs + 1]))
+
+
+def iter_docs_streamed(name: str, chunk_tokens: int = 1 << 24):
+    """Documents of a tokenized corpus, read sequentially in chunks (bounded memory)."""
+    offsets = np.load(corpora.offsets_path(name)).astype(np.int64)
+    with open(corpora.tokens_path(name), "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        _, _, dtype = read_header(f)
+        buf = np.zeros(0, dtype=dtype)
+        base = 0  # corpus offset of buf[0]
+        for i in range(len(offsets) - 1):
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            while b > base + len(buf):
+                keep = buf[a - base:]
+                more = np.fromfile(f, dtype=dtype, count=max(chunk_tokens, b - base - len(buf)))
+                buf = np.concatenate([keep, more])
+                base = a
+            yield buf[a - base:b - base]
+
+
+def worker(name: str, out_dir: str, budget: str) -> None:
+    """Runs in a fresh process: build, then print figures as JSON."""
+    import resource
+
+    from infinigram_hf import build_index
+
+    t0 = time.perf_counter()
+    ix = build_index(iter_docs_streamed(name), out_dir, vocab_size=corpora.VOCAB_SIZE,
+                     memory_budget=budget, overwrite=True, progress=False)
+    wall = time.perf_counter() - t0
+    disk = ix.disk_bytes()
+    core = sum(f.stat().st_size for f in Path(out_dir).rglob("*")
+               if f.name in ("tokens.bin", "sa.bin"))
+    print(json.dumps({
+        "wall_seconds": round(wall, 2),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "tokens": ix.num_tokens, "docs": ix.num_docs, "shards": ix.num_shards,
+        "bytes_per_token_total": round(disk / ix.num_tokens, 4),
+        "bytes_per_token_tokens_and_sa": round(core / ix.num_tokens, 4),
+        "tokens_per_second": round(ix.num_tokens / wall),
+    }))
+
+
+def build_ours(name: str, out_dir: Path, budget: str) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, str(out_dir), budget]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def build_official(name: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "official.json"
+        subprocess.run([sys.executable, str(HERE / "official_engine.py"), "build", name, "--force",
+                        "--no-smoke", "--results", str(out)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return json.loads(out.read_text())[name]["build"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", nargs="+", default=["stdlib.reference", "linux200m"])
+    ap.add_argument("--runs", type=int, default=3, help="builds of ours per corpus (median reported)")
+    ap.add_argument("--budget", default="8GiB", help="our memory budget per shard")
+    ap.add_argument("--no-official", action="store_true")
+    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        worker(*a.worker)
+        return
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in a.corpora:
+        ensure_prefix_corpus(name)
+        out_dir = corpora.cache_dir() / "ours-build" / name
+        runs = [build_ours(name, out_dir, a.budget) for _ in range(a.runs)]
+        ours = dict(runs[-1])
+        ours["wall_seconds_runs"] = [r["wall_seconds"] for r in runs]
+        ours["wall_seconds"] = statistics.median(ours["wall_seconds_runs"])
+        ours["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+        entry = {"date": time.strftime("%Y-%m-%d"), "loadavg_before": os.getloadavg(), "ours": ours,
+                 "command": f".venv/bin/python eval/bench_build.py --corpora {name} --runs {a.runs} --budget {a.budget}"}
+        if not a.no_official:
+            off = build_official(name)
+            entry["official"] = {k: off[k] for k in ("build_wall_seconds", "build_step_seconds",
+                                                    "peak_rss_largest_process_bytes", "bytes_per_token", "tokens")}
+            entry["speedup"] = round(off["build_wall_seconds"] / ours["wall_seconds"], 2)
+            entry["peak_rss_ratio_ours_over_official"] = round(
+                ours["peak_rss_bytes"] / off["peak_rss_largest_process_bytes"], 2)
+        entry["loadavg_after"] = os.getloadavg()
+        results[name] = entry
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        print(json.dumps({name: entry}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
