@@ -96,7 +96,9 @@ def interleaved(queries: Sequence[Any], engines: Dict[str, Callable[[Any], Any]]
                 t0 = time.perf_counter()
                 fn(q)
                 times[name][r, i] = time.perf_counter() - t0
-    return {name: np.median(t, axis=0).tolist() for name, t in times.items()}
+    out = {name: np.median(t, axis=0).tolist() for name, t in times.items()}
+    out.update({name + "_best": np.min(t, axis=0).tolist() for name, t in times.items()})
+    return out
 
 
 def load_official(name: str) -> Any:
@@ -185,10 +187,11 @@ def side_by_side(args: argparse.Namespace) -> Dict[str, Any]:
         res[kind + "_rounds"] = {"ours": rounds, "official": min(rounds, official_rounds or rounds)}
         res[kind] = {e: summarize(v) for e, v in t.items()}
         if theirs is not None:
-            res[kind]["median_ratio_official_over_ours"] = round(
-                res[kind]["official"]["median_us"] / res[kind]["ours"]["median_us"], 2)
-            res[kind]["p99_ratio_official_over_ours"] = round(
-                res[kind]["official"]["p99_us"] / res[kind]["ours"]["p99_us"], 2)
+            for sfx in ("", "_best"):
+                res[kind]["median_ratio_official_over_ours" + sfx] = round(
+                    res[kind]["official" + sfx]["median_us"] / res[kind]["ours" + sfx]["median_us"], 2)
+                res[kind]["p99_ratio_official_over_ours" + sfx] = round(
+                    res[kind]["official" + sfx]["p99_us"] / res[kind]["ours" + sfx]["p99_us"], 2)
 
     # ---- count: single calls, then batched throughput
     both("count", work["count"], ix.count, peer.count if peer else None, args.rounds)
@@ -316,7 +319,9 @@ def growth(args: argparse.Namespace) -> Dict[str, Any]:
                 ("infgram_prob", pc, lambda x: ix.infgram_prob(x[0], x[1]), args.rounds),
                 ("infgram_ntd", work["prompts"], ix.infgram_ntd, args.rounds),
                 ("ntd_1token", work["one"], ix.infgram_ntd, args.rounds)):
-            point[kind] = summarize(interleaved(qs, {"ours": fn}, rounds)["ours"])
+            t = interleaved(qs, {"ours": fn}, rounds)
+            point[kind] = summarize(t["ours"])
+            point[kind + "_best"] = summarize(t["ours_best"])
         rates = [dense_tok / clock(lambda: [ix.score(s) for s in dense])[1] for _ in range(args.rounds)]
         point["dense_score_tokens_per_s"] = round(float(np.median(rates)))
         out["points"].append(point)
@@ -363,23 +368,26 @@ def plot_growth(out: Dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- report
 
 
-def _row(name: str, d: Dict[str, Any]) -> str:
-    o, p = d.get("ours", {}), d.get("official", {})
+def _row(name: str, d: Dict[str, Any], sfx: str = "") -> str:
+    o, p = d.get("ours" + sfx, {}), d.get("official" + sfx, {})
     cells = [f"{o.get(k, float('nan')):,.1f}" for k in ("median_us", "p90_us", "p99_us")]
     cells += [f"{p.get(k, float('nan')):,.1f}" if p else "–" for k in ("median_us", "p90_us", "p99_us")]
-    ratio = d.get("median_ratio_official_over_ours")
+    ratio = d.get("median_ratio_official_over_ours" + sfx)
     return f"| {name} | " + " | ".join(cells) + f" | {ratio if ratio else '–'}× |"
 
 
 def markdown(sbs: Optional[Dict[str, Any]], gr: Optional[Dict[str, Any]]) -> str:
     lines = []
     if sbs:
-        lines += ["| query (one Python call) | ours median µs | p90 | p99 | official median µs | p90 | p99 | official/ours (median) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for k, name in (("count", "count, 1–10-gram"), ("infgram_prob", "infgram_prob, 100–500-token prompt"),
-                        ("infgram_ntd", "infgram_ntd exact, same prompts"), ("ntd_1token", "ntd exact, 1-token prompt")):
-            if k in sbs:
-                lines.append(_row(name, sbs[k]))
+        for sfx, title in (("", "a query's latency = its median over rounds"),
+                           ("_best", "a query's latency = its best round (interference from other jobs removed)")):
+            lines += ["", f"*{title}*", "",
+                      "| query (one Python call) | ours median µs | p90 | p99 | official median µs | p90 | p99 | official/ours (median) |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            for k, name in (("count", "count, 1–10-gram"), ("infgram_prob", "infgram_prob, 100–500-token prompt"),
+                            ("infgram_ntd", "infgram_ntd exact, same prompts"), ("ntd_1token", "ntd exact, 1-token prompt")):
+                if k in sbs and "ours" + sfx in sbs[k]:
+                    lines.append(_row(name, sbs[k], sfx))
         cb, ds = sbs.get("count_batch", {}), sbs.get("dense_score", {})
         lines += ["", f"- count batched (one `count_batch` call, from Python lists): {cb.get('ours_batch_queries_per_s', 0):,} queries/s "
                   f"({cb.get('ours_batch_from_numpy_queries_per_s', 0):,}/s from numpy offsets); official one call per query: "

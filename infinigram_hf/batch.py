@@ -93,13 +93,13 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
     """
     if isinstance(queries, Ragged):
         queries, offsets = queries.values, queries.offsets
-    if offsets is None and lengths is None and type(queries) is list and all(type(q) is list for q in queries):
+    if offsets is None and lengths is None and type(queries) is list and set(map(type, queries)) <= {list}:
         # Fast path for lists of int lists: C-speed conversion (negatives, ids >= 2**32 and
         # non-integers raise, and take the general path below for the message).
         offs = np.zeros(len(queries) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, queries), dtype=np.int64, count=len(queries)), out=offs[1:])
+        np.cumsum(np.array(list(map(len, queries)), dtype=np.int64), out=offs[1:])
         try:
-            buf = array.array(_U32_CODE, itertools.chain.from_iterable(queries))
+            buf = array.array(_U32_CODE, list(itertools.chain.from_iterable(queries)))
         except (OverflowError, TypeError):
             pass
         else:
