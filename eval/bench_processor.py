@@ -8,7 +8,9 @@ the processor (a fresh processor, i.e. a cold cache, every run) and reports medi
   * step: the model's decode step (generate() without the processor / new tokens);
   * processor: time inside the processor's __call__ per step (timed around each call), which
     includes building the P_∞ rows over the 32k vocabulary and the mixture;
-  * end-to-end overhead: (with − without) / new tokens, noisier on a shared machine.
+  * end-to-end overhead: (with − without) / new tokens, noisier on a shared machine;
+  * held-out prefixes: the processor alone on real prefixes of held-out files growing one token
+    per call (median wall and CPU time per call), independent of what the model generates.
 
     nice -n 10 .venv/bin/python eval/bench_processor.py
 """
@@ -50,6 +52,22 @@ def prompts(batch: int, length: int) -> torch.Tensor:
     return torch.tensor([d[:length].tolist() for d in docs[:batch]])
 
 
+def teacher_forced(index, tok, batch: int, args) -> tuple:
+    """(wall, cpu) seconds per processor call on held-out files' real prefixes, growing one token
+    per call from --prompt-len (as in decoding, but independent of what the model generates)."""
+    docs = [d for d in ppl_setup.split_docs("heldout") if len(d) >= args.prompt_len + args.new_tokens][:batch]
+    proc = InfiniGramLogitsProcessor(index, args.lambda_sparse, args.lambda_dense, tokenizer=tok)
+    scores = torch.randn(batch, len(tok))
+    wall, cpu = [], []
+    for n in range(args.prompt_len, args.prompt_len + args.new_tokens):
+        ids = torch.tensor([d[:n].tolist() for d in docs])
+        t, c = time.perf_counter(), time.process_time()
+        proc(ids, scores)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def run(model, index, tok, ids, new_tokens: int, with_proc: bool, args):
     kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
               do_sample=False, pad_token_id=tok.eos_token_id)
@@ -88,22 +106,26 @@ def main(argv=None) -> None:
     for batch in args.batches:
         ids = prompts(batch, args.prompt_len)
         run(model, index, tok, ids, 4, True, args)  # warm-up (page cache, allocator)
-        plain, with_p, call_med, call_sum = [], [], [], []
+        plain, with_p, call_med, call_sum, tf_wall, tf_cpu = [], [], [], [], [], []
         for _ in range(args.runs):
             plain.append(run(model, index, tok, ids, args.new_tokens, False, args)[0])
             total, med, tot_calls = run(model, index, tok, ids, args.new_tokens, True, args)
             with_p.append(total); call_med.append(med); call_sum.append(tot_calls)
+            w, c = teacher_forced(index, tok, batch, args)
+            tf_wall.append(w); tf_cpu.append(c)
         step = statistics.median(plain) / args.new_tokens
         proc = statistics.median(call_sum) / args.new_tokens
         e2e = (statistics.median(with_p) - statistics.median(plain)) / args.new_tokens
         r = dict(batch=batch, step_ms=step * 1e3, processor_ms_per_step=proc * 1e3,
                  processor_median_call_ms=statistics.median(call_med) * 1e3,
                  processor_ms_per_token=proc * 1e3 / batch, end_to_end_overhead_ms_per_step=e2e * 1e3,
-                 overhead_vs_step=proc / step)
+                 overhead_vs_step=proc / step, heldout_prefix_call_ms=statistics.median(tf_wall) * 1e3,
+                 heldout_prefix_call_cpu_ms=statistics.median(tf_cpu) * 1e3)
         results.append(r)
         print(f"batch {batch}: model step {r['step_ms']:.2f} ms; processor {r['processor_ms_per_step']:.3f} ms/step "
               f"({r['processor_ms_per_token']:.3f} ms/token, median call {r['processor_median_call_ms']:.3f} ms) "
-              f"= {100 * r['overhead_vs_step']:.1f}% of the step; end-to-end +{r['end_to_end_overhead_ms_per_step']:.2f} ms/step",
+              f"= {100 * r['overhead_vs_step']:.1f}% of the step; end-to-end +{r['end_to_end_overhead_ms_per_step']:.2f} ms/step; "
+              f"on held-out prefixes {r['heldout_prefix_call_ms']:.3f} ms/call (CPU {r['heldout_prefix_call_cpu_ms']:.3f} ms)",
               flush=True)
     out = dict(params=n_params, random_model=args.random_model, runs=args.runs, new_tokens=args.new_tokens,
                prompt_len=args.prompt_len, threads=args.threads, index_tokens=index.num_tokens, results=results)

@@ -32,9 +32,10 @@ from infinigram_hf.perplexity import token_scores, with_index  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def scores_for(split: str, model, tok, index, docs, args) -> TokenScores:
+def scores_for(split: str, model_dir: Path, model, tok, index, docs, args) -> TokenScores:
     """Token scores of a split against the full index (model pass cached on disk)."""
-    cache = ppl_setup.model_dir() / f"scores-{split}-w{args.window}-s{args.stride}-n{len(docs)}.npz"
+    n_tokens = sum(len(d) for d in docs)
+    cache = model_dir / f"scores-{split}-w{args.window}-s{args.stride}-{len(docs)}docs-{n_tokens}tok.npz"
     if cache.exists() and not args.rescore:
         return TokenScores.load(cache)
     t = time.time()
@@ -73,21 +74,25 @@ def main(argv=None) -> None:
     ap.add_argument("--stride", type=int, default=None, help="default: window / 2")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--val-tokens", type=int, default=150_000, help="validation tokens used to tune λ")
+    ap.add_argument("--test-tokens", type=int, default=None, help="cap on held-out tokens (default: all)")
+    ap.add_argument("--model-dir", type=Path, default=None, help="default: <cache>/gpt2-small-stdlib")
+    ap.add_argument("--no-write", action="store_true", help="print only (smoke runs)")
     ap.add_argument("--rescore", action="store_true", help="run the model again even if scores are cached")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
     import torch
     torch.set_num_threads(args.threads)
-    model, tok = ppl_setup.load_model()
+    model_dir = args.model_dir or ppl_setup.model_dir()
+    model, tok = ppl_setup.load_model(model_dir)
     args.window = args.window or model.config.n_positions
     args.stride = args.stride or args.window // 2
     indexes = {f: ppl_setup.reference_index(f) for f in ppl_setup.FRACTIONS}
     full = indexes["all"]
     val_docs = ppl_setup.split_docs("validation", args.val_tokens)
-    test_docs = ppl_setup.split_docs("heldout")
-    val = scores_for("validation", model, tok, full, val_docs, args)
-    test = scores_for("heldout", model, tok, full, test_docs, args)
+    test_docs = ppl_setup.split_docs("heldout", args.test_tokens)
+    val = scores_for("validation", model_dir, model, tok, full, val_docs, args)
+    test = scores_for("heldout", model_dir, model, tok, full, test_docs, args)
 
     rows = []
     for name, index in indexes.items():
@@ -101,12 +106,13 @@ def main(argv=None) -> None:
                          neural_ppl=res.neural_perplexity, ppl=res.perplexity, improvement=res.relative_improvement,
                          sparse_fraction=res.sparse_fraction, tokens=res.num_tokens,
                          by_effective_n=res.by_effective_n.rows() if index is full else None))
-    info = json.loads((ppl_setup.model_dir() / "train_info.json").read_text())
+    info = json.loads((model_dir / "train_info.json").read_text())
     out = {"date": datetime.date.today().isoformat(), "model": info, "window": args.window, "stride": args.stride,
            "val_docs": len(val_docs), "val_tokens": len(val), "test_docs": len(test_docs), "rows": rows}
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "perplexity_table.json").write_text(json.dumps(out, indent=1) + "\n")
-    plot(rows, HERE / "plots" / "datastore_ablation.png")
+    if not args.no_write:
+        (HERE / "results").mkdir(exist_ok=True)
+        (HERE / "results" / "perplexity_table.json").write_text(json.dumps(out, indent=1) + "\n")
+        plot(rows, HERE / "plots" / "datastore_ablation.png")
 
     print(f"\nheld-out: {len(test_docs)} files, {len(test):,} tokens; λ tuned on {len(val_docs)} validation files "
           f"({len(val):,} tokens); window {args.window}, stride {args.stride}; model {info['params'] / 1e6:.1f}M params\n")
