@@ -39,6 +39,8 @@ typedef struct {
     const uint32_t *ntc_ent; /* ntc_entries (token, count) pairs */
     int64_t ntc_n, ntc_entries;
     int64_t ntc_min_count; /* contexts this frequent (depth 1..3) are all cached */
+    uint32_t *ntc_slots;    /* open-addressing table (depth, lo) -> record + 1, built at open */
+    uint64_t ntc_mask;      /* slots - 1 (a power of two) */
 } ig_shard;
 
 struct ig_index {

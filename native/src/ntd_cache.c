@@ -176,7 +176,14 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
 
 /* ---------------------------------------------------------------- reading */
 
+/* Slot of a (depth, lo) key: a multiplicative hash (lo is a rank, depth 1..3). */
+static inline uint64_t slot_of(int64_t d, int64_t lo, uint64_t mask) {
+    return (((uint64_t)lo * 4 + (uint64_t)d) * 0x9E3779B97F4A7C15ull >> 20) & mask;
+}
+
 void ig_ntc_close(ig_shard *s) {
+    free(s->ntc_slots);
+    s->ntc_slots = NULL;
     if (s->ntc_map.base) munmap((void *)s->ntc_map.base, s->ntc_map.size);
     s->ntc_map.base = NULL;
     s->ntc_rec = NULL;
@@ -212,7 +219,7 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
     memcpy(&h, p, sizeof h);
     if (memcmp(h.magic, "IGHF-NTC", 8) != 0) return bad_file(s, path, "bad magic", err, errlen);
     if (h.version != IG_FORMAT_VERSION) return bad_file(s, path, "unsupported format version", err, errlen);
-    if (h.width != 32 || h.count > ((uint64_t)1 << 40) || h.aux1 > ((uint64_t)1 << 40) ||
+    if (h.width != 32 || h.count >= ((uint64_t)1 << 31) || h.aux1 > ((uint64_t)1 << 40) ||
         IG_HEADER_SIZE + 32 * h.count + 8 * h.aux1 != (uint64_t)st.st_size)
         return bad_file(s, path, "size does not match its header: truncated or corrupt", err, errlen);
     const int64_t *rec = (const int64_t *)((const uint8_t *)p + IG_HEADER_SIZE);
@@ -236,6 +243,20 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
     }
     s->ntc_rec = rec;
     s->ntc_ent = ent;
+    /* records are found by (depth, lo) in O(1): a table with at least twice as many slots */
+    uint64_t slots = 16;
+    while (slots < 2 * (uint64_t)n) slots *= 2;
+    s->ntc_slots = calloc(slots, sizeof *s->ntc_slots);
+    if (!s->ntc_slots) {
+        ig_ntc_close(s);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    s->ntc_mask = slots - 1;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = slot_of(rec[4 * i], rec[4 * i + 1], s->ntc_mask);
+        while (s->ntc_slots[k]) k = (k + 1) & s->ntc_mask;
+        s->ntc_slots[k] = (uint32_t)(i + 1);
+    }
     s->ntc_n = n;
     s->ntc_entries = m;
     s->ntc_min_count = (int64_t)h.aux2 > 0 ? (int64_t)h.aux2 : INT64_MAX;
@@ -244,15 +265,11 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
 
 /* The record of the context whose range at depth d is r, or NULL. */
 static const int64_t *find_record(const ig_shard *s, int64_t d, ig_range r) {
-    int64_t a = 0, b = s->ntc_n;
-    while (a < b) { /* first record >= (d, r.lo) */
-        int64_t mid = a + (b - a) / 2;
-        const int64_t *q = s->ntc_rec + 4 * mid;
-        if (q[0] < d || (q[0] == d && q[1] < r.lo)) a = mid + 1; else b = mid;
+    for (uint64_t k = slot_of(d, r.lo, s->ntc_mask); s->ntc_slots[k]; k = (k + 1) & s->ntc_mask) {
+        const int64_t *q = s->ntc_rec + 4 * (int64_t)(s->ntc_slots[k] - 1);
+        if (q[0] == d && q[1] == r.lo) return q[2] == r.hi ? q : NULL;
     }
-    if (a >= s->ntc_n) return NULL;
-    const int64_t *q = s->ntc_rec + 4 * a;
-    return q[0] == d && q[1] == r.lo && q[2] == r.hi ? q : NULL;
+    return NULL;
 }
 
 static int64_t record_end(const ig_shard *s, const int64_t *q) {
