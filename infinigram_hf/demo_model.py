@@ -62,7 +62,7 @@ def tiny_gpt2(index: InfiniGramIndex, tokenizer: Any, out_dir: Union[str, Path],
         x = torch.from_numpy(np.stack([stream[s:s + seq_len] for s in starts]))
         for g in opt.param_groups:  # short warmup, then linear decay
             g["lr"] = lr * min(1.0, (step + 1) / 10) * (1 - 0.9 * step / steps)
-        loss = model(input_ids=x, labels=x).loss
+        loss = model(input_ids=x, attention_mask=torch.ones_like(x), labels=x).loss  # EOS = pad id: no warning
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
