@@ -10,11 +10,12 @@
  *
  * Returns 0 on success, -1 on a bad argument (n out of range, NULL pointer, a symbol >= K),
  * -4 when memory runs out. Never writes outside SA[0..n) and its own allocations; keeps no
- * global state, so concurrent calls on different buffers are safe.
+ * global state, so concurrent calls on different buffers are safe. On Linux, large T and SA
+ * are advised into transparent huge pages (madvise; contents untouched, failures ignored).
  *
- * Extra memory beyond SA (see the comment at the top of sais.c):
- *   u8 / u16: at most max(2 * n, 8 * (max symbol + 1)) bytes, i.e. <= max(2n, 512 KiB);
- *   u32:      the same, plus 4 * n bytes when max symbol >= max(n, 65536) (alphabet remap).
+ * Extra memory beyond SA, in bytes (details at the top of sais.c), Ke = max symbol + 1:
+ *   u8 / u16: <= max(2n, 512 KiB); typically < 0.1n on text, ~1.2n on i.i.d. Zipf tokens.
+ *   u32:      <= max(2n, 4*Ke, 512 KiB), plus 4n when Ke > max(n, 65536) (alphabet remap).
  */
 #ifndef IG_SAIS_H
 #define IG_SAIS_H
