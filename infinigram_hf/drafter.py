@@ -132,6 +132,14 @@ class InfiniGramDrafter:
         eos_token_id: the id a document end in the corpus is drafted as (default: the index's);
             also a document boundary: the ∞-gram context starts after the last one.
         cache: a SuffixCache to reuse (default: a new one on the index).
+        adaptive: in decoding loops (`draft_row` + `feedback`), cap each source's drafts by how
+            well its drafts were accepted lately in that row: with a per-token acceptance rate a,
+            token i of a draft is worth a**i accepted tokens and costs verify_cost model steps,
+            so drafts stop at i = log(verify_cost) / log(a); a source whose rate falls below
+            verify_cost is switched off (and retried now and then). This is what keeps text the
+            index knows nothing about at plain greedy speed.
+        verify_cost: cost of verifying one more drafted token, in model steps (about 0.05 for
+            a small model on a CPU, where the output layer dominates; smaller on a GPU).
 
     Example:
         >>> drafter = InfiniGramDrafter(index)                       # doctest: +SKIP
@@ -141,7 +149,8 @@ class InfiniGramDrafter:
     def __init__(self, index: Optional[InfiniGramIndex], *, max_draft: int = 8, min_match: int = 2,
                  match_ratio: float = 1.0, min_count: int = 1, min_share: float = 0.2, min_joint: float = 0.05,
                  prompt_lookup: bool = True, lookup_min_match: int = 3, lookup_max_match: int = 64,
-                 source: str = "longest", eos_token_id: Optional[int] = None, cache: Any = None):
+                 source: str = "longest", eos_token_id: Optional[int] = None, cache: Any = None,
+                 adaptive: bool = True, verify_cost: float = 0.05):
         if index is not None and not isinstance(index, InfiniGramIndex):
             raise ValueError(f"index must be an InfiniGramIndex or None, got {type(index).__name__}")
         self.index = index
@@ -159,6 +168,8 @@ class InfiniGramDrafter:
         if index is None and source in ("infgram", "infgram_first"):
             raise ValueError(f"source={source!r} needs an index")
         self.source = source
+        self.adaptive = bool(adaptive)
+        self.verify_cost = _check_float("verify_cost", verify_cost, 1e-6, 1.0)
         if eos_token_id is None and index is not None:
             eos_token_id = index.eos_token_id
         self.eos_token_id = None if eos_token_id is None else _check_int("eos_token_id", eos_token_id, 0)
@@ -166,6 +177,16 @@ class InfiniGramDrafter:
                                                       if index is not None else None)
         if index is not None:
             self._state_size = 2 + 2 * index.num_shards
+        self._params = ffi.new("ig_draft_params *", {
+            "max_draft": self.max_draft, "min_match": self.min_match, "match_ratio": self.match_ratio,
+            "min_count": self.min_count, "min_share": self.min_share, "min_joint": self.min_joint,
+            "lookup_min": self.lookup_min_match if self.prompt_lookup else 0, "lookup_max": self.lookup_max_match,
+            "source": SOURCES.index(source), "eos_id": -1 if self.eos_token_id is None else self.eos_token_id,
+            "infgram_cap": -1, "lookup_cap": -1})
+        self._use_inf = index is not None and source != "lookup"
+        self._out = np.zeros(max(self.max_draft, 1), dtype=np.int64)
+        self._match = ffi.new("int64_t *")
+        self._src = ffi.new("int *")
         self._buf_tok = np.zeros(max(self.max_draft, 1), dtype=np.uint32)
         self._buf_cnt = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
         self._buf_tot = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
@@ -237,52 +258,51 @@ class InfiniGramDrafter:
         """A draft continuing `ids` (1-D real token ids, no padding), at most max_tokens long.
         Stateless: the ∞-gram state comes from the SuffixCache (keyed by context)."""
         seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
-        return self._count(self._pick(seq, self._limit(max_tokens), self.infgram_state))
+        state = self.infgram_state(seq).copy() if self._use_inf else None
+        return self._step(seq, state, 0, self._limit(max_tokens))
 
     def _limit(self, max_tokens: Optional[int]) -> int:
         return self.max_draft if max_tokens is None else max(0, min(int(max_tokens), self.max_draft))
 
-    def _count(self, d: Draft) -> Draft:
-        self.stats["drafts"] += 1
-        self.stats[d.source] += 1
-        self.stats["tokens"] += len(d.tokens)
-        return d
-
-    def _pick(self, seq: np.ndarray, limit: int, state_of: Any) -> Draft:
-        if limit <= 0:
+    def _step(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int, count: bool = True) -> Draft:
+        """One C call: advance `state` (in place) through the last n_new ids of seq, then draft."""
+        seq = np.ascontiguousarray(seq, dtype=np.int64)
+        st = ffi.cast("int64_t *", ffi.from_buffer(state)) if state is not None else ffi.NULL
+        with (self.index._handle() if self._use_inf else _nullcontext()) as ix:
+            rc = lib.ig_draft_step(ix, st, ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), n_new, self._params,
+                                   limit, ffi.cast("int64_t *", ffi.from_buffer(self._out)),
+                                   ffi.cast("uint64_t *", ffi.from_buffer(self._buf_cnt)),
+                                   ffi.cast("uint64_t *", ffi.from_buffer(self._buf_tot)), self._n, self._match,
+                                   self._src, self._err, len(self._err))
+        check(rc, self._err)
+        n = int(self._n[0])
+        if not count:
             return _NONE
-        use_inf = self.index is not None and self.source != "lookup"
-        use_look = self.prompt_lookup and self.source != "infgram"
-        look = self.lookup(seq, limit) if use_look else _NONE
-        if self.source == "lookup_first" and len(look):
-            return look
-        inf = _NONE
-        if use_inf:
-            state = state_of(seq)
-            slen = int(state[0])
-            if slen >= self.min_match and not (self.source == "longest" and look.match_len > slen):
-                inf = self.infgram_chain(state, self.cap_for(slen, limit))
-        if self.source == "infgram_first":
-            return inf if len(inf) else look
-        if self.source == "longest":
-            return inf if len(inf) and inf.match_len >= look.match_len else (look if len(look) else inf)
-        return inf if len(inf) else look
+        self.stats["drafts"] += 1
+        self.stats["tokens"] += n
+        if not n:
+            self.stats["none"] += 1
+            return _NONE
+        src = "infgram" if self._src[0] == lib.IG_DRAFT_INFGRAM else "lookup"
+        self.stats[src] += 1
+        if src == "lookup":
+            return Draft(self._out[:n].copy(), src, int(self._match[0]))
+        return Draft(self._out[:n].copy(), src, int(self._match[0]), self._buf_cnt[:n].copy(), self._buf_tot[:n].copy())
 
     # ------------------------------------------------------------ decoding loops
 
     def start(self, ids: Any) -> "DraftRow":
-        """Per-sequence drafting state for a decoding loop that appends tokens with `append`:
-        the ∞-gram state is carried along (one C call per step, no context hashing)."""
+        """Per-sequence drafting state for a decoding loop that adds tokens with `append`: the
+        ∞-gram state is carried along (advanced inside the next draft's C call; no hashing)."""
         seq = _as_i64(ids)
         row = DraftRow(np.zeros(max(64, 2 * len(seq)), dtype=np.int64), len(seq), 0, None)
         row.buf[:len(seq)] = seq
-        if self.index is not None and self.source != "lookup":
-            row.ctx_start = len(seq) - len(self.context(seq))
-            row.state = self.cache.state(seq[row.ctx_start:]).values.copy()
+        if self._use_inf:
+            row.state = self.infgram_state(seq).copy()
         return row
 
     def append(self, row: "DraftRow", tokens: Any) -> None:
-        """Add tokens the loop accepted to a row (updates its ∞-gram state)."""
+        """Add tokens the loop accepted to a row (its state catches up at the next draft)."""
         new = np.asarray(tokens, dtype=np.int64)
         k = len(new)
         if not k:
@@ -293,26 +313,56 @@ class InfiniGramDrafter:
             row.buf = buf
         row.buf[row.n:row.n + k] = new
         row.n += k
-        if row.state is None:
-            return
-        bound = new >= self.index.vocab_size
-        if self.eos_token_id is not None:
-            bound |= new == self.eos_token_id
-        if bound.any():  # a new document starts: its context is only what follows the boundary
-            row.ctx_start = row.n - k + int(np.flatnonzero(bound)[-1]) + 1
-            row.state = self.cache.state(row.buf[row.ctx_start:row.n]).values.copy()
-            return
-        need = int(row.state[0]) + k
-        tail = row.buf[row.n - need:row.n].astype(np.uint32)
-        with self.index._handle() as ix:
-            rc = lib.ig_draft_advance(ix, ffi.cast("int64_t *", ffi.from_buffer(row.state)),
-                                      ffi.cast("uint32_t *", ffi.from_buffer(tail)), need, k,
-                                      ffi.cast("int64_t *", ffi.from_buffer(row.state)), self._err, len(self._err))
-        check(rc, self._err)
+        row.pending += k
+
+    def sync(self, row: "DraftRow") -> None:
+        """Bring a row's ∞-gram state up to date (drafting does it by itself)."""
+        if row.pending and row.state is not None:
+            self._step(row.buf[:row.n], row.state, row.pending, 0, count=False)
+        row.pending = 0
 
     def draft_row(self, row: "DraftRow", max_tokens: Optional[int] = None) -> Draft:
-        """The draft continuing a row started with `start`."""
-        return self._count(self._pick(row.buf[:row.n], self._limit(max_tokens), lambda _seq: row.state))
+        """The draft continuing a row started with `start` (adaptive caps: see `feedback`)."""
+        if self.adaptive:
+            self._params.infgram_cap = self._adaptive_cap(row.accepted[0], row.rejected[0])
+            self._params.lookup_cap = self._adaptive_cap(row.accepted[1], row.rejected[1])
+        try:
+            d = self._step(row.buf[:row.n], row.state, row.pending if row.state is not None else 0,
+                           self._limit(max_tokens))
+        finally:
+            self._params.infgram_cap = self._params.lookup_cap = -1
+        row.pending = 0
+        return d
+
+    # pseudo-counts of the acceptance rate: a prior of 0.6 worth 2 drafts, new drafts weigh 1/4
+    _PRIOR = (1.2, 0.8)
+    _DECAY = 0.75
+    _RECOVER = 0.03
+
+    def _adaptive_cap(self, acc: float, rej: float) -> int:
+        a = acc / (acc + rej) if acc + rej > 0 else 1.0
+        if a >= 0.999:
+            return self.max_draft
+        if a <= self.verify_cost:
+            return 0
+        return min(self.max_draft, int(math.log(self.verify_cost) / math.log(a)))
+
+    def feedback(self, row: "DraftRow", draft: Draft, accepted: int) -> None:
+        """Tell a row how many tokens of its last draft the model kept (updates the acceptance
+        rate of the draft's source; the other source drifts back towards the prior)."""
+        k = {"infgram": 0, "lookup": 1}.get(draft.source, -1)
+        for j in (0, 1):
+            if j == k:
+                miss = 1.0 if accepted < len(draft) else 0.0
+                row.accepted[j] = self._DECAY * row.accepted[j] + accepted
+                row.rejected[j] = self._DECAY * row.rejected[j] + miss
+            else:
+                row.accepted[j] += self._RECOVER * (self._PRIOR[0] - row.accepted[j])
+                row.rejected[j] += self._RECOVER * (self._PRIOR[1] - row.rejected[j])
+
+    def _pick(self, seq: np.ndarray, limit: int, state: Optional[np.ndarray]) -> Draft:
+        """The step's draft from an up-to-date state (a copy is advanced by nothing)."""
+        return self._step(seq, None if state is None else state.copy(), 0, limit)
 
     def draft_batch(self, rows: Sequence[Any], max_tokens: Optional[Sequence[int]] = None) -> list[Draft]:
         """Drafts for several sequences (each 1-D real ids), with per-row caps."""
@@ -347,26 +397,26 @@ class InfiniGramDrafter:
         tokens of the ∞-gram (each holding at least branch_share of its context's occurrences)
         their greedy chains. At most max_nodes nodes, paths at most max_tokens deep."""
         seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
-        return self._tree(seq, self._limit(max_tokens), self.infgram_state, width, max_nodes, branch_share)
+        state = self.infgram_state(seq) if self._use_inf else None
+        return self._tree(seq, self._limit(max_tokens), state, width, max_nodes, branch_share)
 
     def tree_row(self, row: "DraftRow", *, width: int = 3, max_nodes: int = 16, max_tokens: Optional[int] = None,
                  branch_share: float = 0.1) -> DraftTree:
         """`tree` for a row started with `start`."""
-        return self._tree(row.buf[:row.n], self._limit(max_tokens), lambda _seq: row.state, width, max_nodes,
-                          branch_share)
+        self.sync(row)
+        return self._tree(row.buf[:row.n], self._limit(max_tokens), row.state, width, max_nodes, branch_share)
 
-    def _tree(self, seq: np.ndarray, limit: int, state_of: Any, width: int, max_nodes: int,
+    def _tree(self, seq: np.ndarray, limit: int, state: Optional[np.ndarray], width: int, max_nodes: int,
               branch_share: float) -> DraftTree:
         if limit <= 0 or max_nodes <= 0:
             return DraftTree.from_paths([], 0)
-        main = self._count(self._pick(seq, limit, state_of))
+        main = self._pick(seq, limit, state)
         paths = [main.tokens] if len(main) else []
         if main.source != "lookup" and self.prompt_lookup and self.source != "infgram":
             look = self.lookup(seq, limit)
             if len(look):
                 paths.append(look.tokens)
-        if self.index is not None and self.source != "lookup" and width > 0:
-            state = state_of(seq)
+        if state is not None and width > 0:
             slen = int(state[0])
             if slen >= self.min_match:
                 if main.source != "infgram":  # the ∞-gram's own chain, as the second candidate
@@ -384,17 +434,27 @@ class InfiniGramDrafter:
 
 @dataclass
 class DraftRow:
-    """One sequence of a decoding loop: its ids (buf[:n]), where its ∞-gram context starts and
-    the context's decoding state (None when the ∞-gram is not used)."""
+    """One sequence of a decoding loop: its ids (buf[:n]) and the ∞-gram decoding state of
+    buf[:n - pending] (None when the ∞-gram is not used); the next draft catches up."""
 
     buf: np.ndarray
     n: int
-    ctx_start: int
+    pending: int
     state: Optional[np.ndarray]
+    accepted: list = field(default_factory=lambda: list(InfiniGramDrafter._PRIOR[:1]) * 2)
+    rejected: list = field(default_factory=lambda: list(InfiniGramDrafter._PRIOR[1:]) * 2)
 
     @property
     def ids(self) -> np.ndarray:
         return self.buf[:self.n]
+
+
+class _nullcontext:
+    def __enter__(self) -> Any:
+        return ffi.NULL
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def _as_i64(ids: Any) -> np.ndarray:

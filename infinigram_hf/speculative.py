@@ -44,6 +44,8 @@ from . import _kv
 from .drafter import Draft, DraftTree, InfiniGramDrafter
 from .index import InfiniGramIndex
 
+_NO_DRAFT = Draft(np.zeros(0, dtype=np.int64), "none", 0)
+
 # model_kwargs generate() prepares that the loop replaces with its own
 _HANDLED_KWARGS = {"attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep",
                    "cache_position", "output_attentions", "output_hidden_states", "return_dict"}
@@ -254,6 +256,8 @@ class _Loop:
             for r, b in enumerate(active):
                 row_steps[b] += 1
                 path, new = self._accept(plans[r], parents[r], picks[r])
+                if isinstance(plans[r][0], Draft):
+                    self.drafter.feedback(self.rows[b], plans[r][0], len(path))
                 drafted += plans[r][1]
                 accepted += len(path)
                 new, stop = self._truncate(b, new)
@@ -301,7 +305,7 @@ class _Loop:
         """Row b's draft (a Draft or DraftTree) and its node count, within the row's budget."""
         room = self.max_new - len(self.gen[b]) - 1  # the model's own next token always comes
         if room <= 0:
-            return None, 0
+            return _NO_DRAFT, 0
         if self.tree:
             t = self.drafter.tree_row(self.rows[b], max_tokens=room, **self.tree_options)
             return t, len(t)

@@ -64,4 +64,41 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
 int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t max_len, int64_t max_tokens,
                         int64_t *out, int64_t *n_out, int64_t *pos_out);
 
+/* ------------------------------------------------------------------ one decoding step */
+
+/* Where a step's draft comes from (ig_draft_params.source). */
+#define IG_DRAFT_LONGEST 0       /* the longer match wins (ties: the ∞-gram) */
+#define IG_DRAFT_LOOKUP_FIRST 1  /* prompt lookup when it has a draft, else the ∞-gram */
+#define IG_DRAFT_INFGRAM_FIRST 2 /* the ∞-gram when it has a draft, else prompt lookup */
+#define IG_DRAFT_INFGRAM 3       /* the ∞-gram only */
+#define IG_DRAFT_LOOKUP 4        /* prompt lookup only */
+
+typedef struct {
+    int64_t max_draft;   /* most tokens drafted */
+    int64_t min_match;   /* the ∞-gram drafts only from a matched suffix at least this long */
+    double match_ratio;  /* draft cap = ceil(match_ratio * match length) (0: max_draft) */
+    uint64_t min_count;  /* ig_draft_chain's thresholds */
+    double min_share;
+    double min_joint;
+    int64_t lookup_min;  /* prompt-lookup match lengths considered; lookup_min <= 0: no lookup */
+    int64_t lookup_max;
+    int source;          /* IG_DRAFT_* */
+    int64_t eos_id;      /* document boundary in seq, and what a corpus document end drafts as (-1: none) */
+    int64_t infgram_cap; /* per-call caps of each source's draft (< 0: none; 0: the source is off), */
+    int64_t lookup_cap;  /* e.g. from how well the source's drafts have been accepted lately */
+} ig_draft_params;
+
+/* One step of a decoding loop for one sequence seq[0..n) (model ids, int64): first the state
+   (the ∞-gram decoding state of seq without its last n_new tokens, updated in place) is
+   advanced through those tokens — an eos_id or an id >= the index's vocabulary starts a new
+   document, whose context is empty — then the draft is made: prompt lookup over seq and the
+   greedy ∞-gram chain from the state, combined as p->source says, capped by the match length
+   rule and by max_tokens. out/counts/totals hold max_tokens entries (counts/totals: for ∞-gram
+   drafts, else zeros; may be NULL). *source_out = IG_DRAFT_INFGRAM or IG_DRAFT_LOOKUP (or -1:
+   no draft), *match_len = the match drafted from. ix may be NULL (prompt lookup only; state is
+   then ignored). */
+int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
+                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
+                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
+
 #endif /* INFINIGRAM_DRAFT_H */

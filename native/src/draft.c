@@ -1,4 +1,5 @@
 /* draft.c - draft continuations for speculative decoding (see infinigram_draft.h). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "infinigram_draft.h"
@@ -252,5 +253,184 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
     }
     state_store(ix, l, cur, out);
     scratch_free(&sc);
+    return IG_OK;
+}
+
+/* ---------------------------------------------------------------- one decoding step */
+
+static int64_t draft_cap(const ig_draft_params *p, int64_t match, int64_t limit) {
+    int64_t cap = p->max_draft;
+    if (p->match_ratio > 0) {
+        double c = ceil(p->match_ratio * (double)match);
+        if (c < (double)cap) cap = (int64_t)c;
+    }
+    return cap < limit ? cap : limit;
+}
+
+/* Advance state (suffix length *l, ranges cur) through seq[n - n_new .. n): narrow while the
+   match grows, back off otherwise, restart after a boundary. tmp holds the uint32 context. */
+static int advance(const ig_index *ix, ig_scratch *sc, int64_t *l_io, ig_range **cur_io, const int64_t *seq,
+                   int64_t n, int64_t n_new, int64_t eos_id, char *err, size_t errlen) {
+    int64_t l = *l_io;
+    ig_range *cur = *cur_io, *next = cur == sc->a ? sc->b : sc->a;
+    if (n_new <= 0) return IG_OK;
+    int64_t first = n - n_new - l; /* the context from here is what the state matches */
+    if (first < 0) return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix (%lld tokens) is longer than the "
+                                  "sequence before the new tokens", (long long)l);
+    uint32_t *ctx = malloc((size_t)(n - first) * sizeof *ctx);
+    if (!ctx) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    for (int64_t i = first; i < n - n_new; i++) {
+        if (seq[i] < 0 || seq[i] >= (int64_t)ix->vocab_size || seq[i] == eos_id) {
+            free(ctx);
+            return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix holds id %lld at position %lld",
+                           (long long)seq[i], (long long)i);
+        }
+        ctx[i - first] = (uint32_t)seq[i];
+    }
+    int64_t base = first; /* ctx[j] = seq[base + j] */
+    for (int64_t pos = n - n_new; pos < n; pos++) {
+        int64_t t = seq[pos];
+        if (t < 0 || t >= (int64_t)ix->vocab_size || t == eos_id) { /* a new document: empty context */
+            l = 0;
+            for (int i = 0; i < ix->n_shards; i++) cur[i] = (ig_range){0, ix->shards[i].num_tokens};
+            base = pos + 1;
+            continue;
+        }
+        ctx[pos - base] = (uint32_t)t;
+        uint64_t c = 0;
+        for (int i = 0; i < ix->n_shards; i++) {
+            const ig_shard *s = &ix->shards[i];
+            ig_range r = cur[i];
+            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, (uint32_t)t);
+            else next[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, (uint32_t)t) : r;
+            c += (uint64_t)(next[i].hi - next[i].lo);
+        }
+        if (c > 0) {
+            ig_range *tmp = cur; cur = next; next = tmp;
+            l++;
+        } else {
+            l = longest_suffix(ix, ctx, pos - base + 1, l, cur, sc->c);
+        }
+    }
+    free(ctx);
+    *l_io = l;
+    *cur_io = cur;
+    return IG_OK;
+}
+
+/* The greedy chain from ranges cur at depth l into out (int64 ids). */
+static int64_t chain(const ig_index *ix, ig_scratch *sc, const ig_range *start, int64_t l, int64_t cap,
+                     const ig_draft_params *p, int64_t *out, uint64_t *counts, uint64_t *totals) {
+    /* work on copies: the caller's ranges stay the state */
+    ig_range *cur, *next, own[2 * IG_STACK_SHARDS];
+    ig_range *heap = NULL;
+    if (ix->n_shards > IG_STACK_SHARDS) {
+        heap = malloc(2 * (size_t)ix->n_shards * sizeof *heap);
+        if (!heap) return 0;
+        cur = heap;
+        next = heap + ix->n_shards;
+    } else {
+        cur = own;
+        next = own + IG_STACK_SHARDS;
+    }
+    memcpy(cur, start, (size_t)ix->n_shards * sizeof *cur);
+    double joint = 1.0;
+    int64_t n = 0;
+    while (l > 0 && n < cap) {
+        tc best;
+        uint64_t total;
+        if (candidates(ix, cur, l, &best, 1, &total, sc->c) < 1) break;
+        double share = (double)best.cnt / (double)total;
+        if (best.cnt < p->min_count || share < p->min_share || joint * share < p->min_joint) break;
+        if (best.tok == ix->separator) {
+            if (p->eos_id >= 0) {
+                out[n] = p->eos_id;
+                if (counts) counts[n] = best.cnt;
+                if (totals) totals[n] = total;
+                n++;
+            }
+            break;
+        }
+        out[n] = best.tok;
+        if (counts) counts[n] = best.cnt;
+        if (totals) totals[n] = total;
+        n++;
+        joint *= share;
+        narrow_all(ix, cur, l, best.tok, next);
+        ig_range *t = cur; cur = next; next = t;
+        l++;
+    }
+    free(heap);
+    return n;
+}
+
+int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
+                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
+                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
+    if (!p || !n_out || !match_len || !source_out || (max_tokens > 0 && !out) || (n > 0 && !seq))
+        return ig_fail(err, errlen, IG_ERR_ARG, "NULL argument");
+    if (n < 0 || n_new < 0 || n_new > n) return ig_fail(err, errlen, IG_ERR_ARG, "bad lengths n=%lld n_new=%lld",
+                                                        (long long)n, (long long)n_new);
+    *n_out = 0;
+    *match_len = 0;
+    *source_out = -1;
+    if (max_tokens > p->max_draft) max_tokens = p->max_draft;
+    if (max_tokens < 0) max_tokens = 0;
+    int src = p->source;
+    int use_look = p->lookup_min > 0 && src != IG_DRAFT_INFGRAM && p->lookup_cap != 0;
+    int use_inf = ix != NULL && src != IG_DRAFT_LOOKUP;
+    int rc = IG_OK;
+    ig_scratch sc;
+    int64_t l = 0;
+    ig_range *cur = NULL;
+    if (use_inf) {
+        if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
+        if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+        l = state_load(ix, state, sc.a, "state", err, errlen);
+        if (l < 0) {
+            scratch_free(&sc);
+            return (int)l;
+        }
+        cur = sc.a;
+        if ((rc = advance(ix, &sc, &l, &cur, seq, n, n_new, p->eos_id, err, errlen))) {
+            scratch_free(&sc);
+            return rc;
+        }
+        state_store(ix, l, cur, state);
+    }
+    int64_t look_len = 0, look_n = 0;
+    if (use_look && max_tokens > 0) {
+        look_len = ig_draft_lookup(seq, n, p->lookup_min, p->lookup_max, max_tokens, out, &look_n, NULL);
+        look_n = look_len ? draft_cap(p, look_len, look_n) : 0;
+        if (p->lookup_cap > 0 && look_n > p->lookup_cap) look_n = p->lookup_cap;
+    }
+    int take_look = look_n > 0 && (src == IG_DRAFT_LOOKUP_FIRST || src == IG_DRAFT_LOOKUP ||
+                                   (src == IG_DRAFT_LONGEST && look_len > l));
+    int64_t inf_n = 0;
+    int64_t inf_cap = draft_cap(p, l, max_tokens);
+    if (p->infgram_cap >= 0 && inf_cap > p->infgram_cap) inf_cap = p->infgram_cap;
+    if (use_inf && !take_look && inf_cap > 0 && l >= p->min_match) {
+        int64_t tmp[256]; /* with a lookup draft in out, chain elsewhere: it stays the fallback */
+        int64_t *buf = look_n ? (max_tokens <= 256 ? tmp : malloc((size_t)max_tokens * sizeof *buf)) : out;
+        if (!buf) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+        else {
+            inf_n = chain(ix, &sc, cur, l, inf_cap, p, buf, counts, totals);
+            if (inf_n > 0 && buf != out) memcpy(out, buf, (size_t)inf_n * sizeof *out);
+            if (buf != out && buf != tmp) free(buf);
+        }
+    }
+    if (use_inf) scratch_free(&sc);
+    if (rc) return rc;
+    if (inf_n > 0) {
+        *n_out = inf_n;
+        *match_len = l;
+        *source_out = IG_DRAFT_INFGRAM;
+    } else if (look_n > 0 && src != IG_DRAFT_INFGRAM) {
+        *n_out = look_n;
+        *match_len = look_len;
+        *source_out = IG_DRAFT_LOOKUP;
+        if (counts) memset(counts, 0, (size_t)look_n * sizeof *counts);
+        if (totals) memset(totals, 0, (size_t)look_n * sizeof *totals);
+    }
     return IG_OK;
 }
