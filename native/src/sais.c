@@ -334,17 +334,23 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
         induce(T, w, SA, n, bk.B, K, PASS_L1);
         bucket_bounds(T, w, n, &bk, 1);
         induce(T, w, SA, n, bk.B, K, PASS_S1);
-        int32_t j = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (SA[i] < 0) SA[j++] = -SA[i];
+        int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
+        for (int32_t i = 0; i < n; i++) {
+            int32_t v = SA[i];
+            SA[j] = -v;
+            j += v < 0;
+        }
 
         /* Stage 2: name; recurse when names repeat, else SA[0..n1) is already sorted. */
         int32_t K1 = name_lms(T, w, SA, n, n1);
         if (K1 < n1) {
             int32_t *s1 = SA + n - n1;
-            j = n;
-            for (int32_t i = n - 1; i >= n1; i--)
-                if (SA[i]) SA[--j] = SA[i] - 1;
+            j = n; /* gather the names in text order into s1, branch-free: j > i */
+            for (int32_t i = n - 1; i >= n1; i--) {
+                int32_t v = SA[i];
+                SA[j - 1] = v - 1;
+                j -= v != 0;
+            }
             if (bk.own_B | bk.own_C) buckets_free(&bk); /* keep peak memory to one level */
             workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget};
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
