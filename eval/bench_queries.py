@@ -7,10 +7,11 @@ latency as the corpus grows.
     .venv/bin/python eval/bench_queries.py side-by-side --no-peer --queries 100   # quick, ours only
 
 Both engines run in ONE process (the official package is imported from its venv,
-`eval/official_engine.py setup`), pinned to one CPU (taskset -c 1), and every query is timed
-for ours and then for the official engine right after it, several rounds over the workload:
-the machine is shared, so load hits both engines alike. A query's latency is its median over
-rounds; we report the median / p90 / p99 over queries, and ratios official / ours.
+`eval/official_engine.py setup`), pinned to one CPU (taskset -c 1), and take turns round by
+round (ours, official, official, ours, ...; a round is one pass over the workload): the machine
+is shared, so background load hits both engines alike. A query's latency is its median over
+rounds; we report the median / p90 / p99 over queries, and ratios official / ours, both in wall
+clock and in CPU time of the process (all threads; leaves out time the CPU gave other jobs).
 
 Workload (seeded, drawn from the held-out split, so it is never in the index verbatim):
   count        one Python call per n-gram, n uniform in 1..10
@@ -80,24 +81,32 @@ def clock(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def interleaved(queries: Sequence[Any], engines: Dict[str, Callable[[Any], Any]], rounds: int,
                 rounds_of: Optional[Dict[str, int]] = None, warm: bool = True) -> Dict[str, List[float]]:
-    """Per query, the median over rounds of each engine's single-call time; engines take
-    turns on each query (same moment, same load). Each query is run once untimed first.
-    `rounds_of` lowers the rounds of a slow engine (its calls last long enough to time once)."""
+    """Per query, the median over rounds of each engine's single-call time. Engines take turns
+    round by round (ours, official, official, ours, ...), each round a pass over all queries:
+    both see the same background load over the run, and neither runs right after the other's
+    call (per-query alternation measured each engine partly on caches the other had just
+    evicted). Each query is run once untimed first. `rounds_of` lowers the rounds of a slow
+    engine (its calls last long enough to time once)."""
     rounds_of = {name: min(rounds, (rounds_of or {}).get(name, rounds)) for name in engines}
     times = {name: np.zeros((rounds_of[name], len(queries))) for name in engines}
+    cpu = {name: np.zeros((rounds_of[name], len(queries))) for name in engines}
     for q in queries if warm else ():  # warm the pages each query touches
         for fn in engines.values():
             fn(q)
+    names = list(engines)
     for r in range(rounds):
-        for i, q in enumerate(queries):
-            for name, fn in engines.items():
-                if r >= rounds_of[name]:
-                    continue
-                t0 = time.perf_counter()
+        for name in (names if r % 2 == 0 else names[::-1]):
+            if r >= rounds_of[name]:
+                continue
+            fn = engines[name]
+            for i, q in enumerate(queries):
+                c0, t0 = time.process_time(), time.perf_counter()
                 fn(q)
                 times[name][r, i] = time.perf_counter() - t0
+                cpu[name][r, i] = time.process_time() - c0
     out = {name: np.median(t, axis=0).tolist() for name, t in times.items()}
     out.update({name + "_best": np.min(t, axis=0).tolist() for name, t in times.items()})
+    out.update({name + "_cpu": np.median(t, axis=0).tolist() for name, t in cpu.items()})
     return out
 
 
@@ -187,7 +196,7 @@ def side_by_side(args: argparse.Namespace) -> Dict[str, Any]:
         res[kind + "_rounds"] = {"ours": rounds, "official": min(rounds, official_rounds or rounds)}
         res[kind] = {e: summarize(v) for e, v in t.items()}
         if theirs is not None:
-            for sfx in ("", "_best"):
+            for sfx in ("", "_best", "_cpu"):
                 res[kind]["median_ratio_official_over_ours" + sfx] = round(
                     res[kind]["official" + sfx]["median_us"] / res[kind]["ours" + sfx]["median_us"], 2)
                 res[kind]["p99_ratio_official_over_ours" + sfx] = round(
@@ -198,17 +207,25 @@ def side_by_side(args: argparse.Namespace) -> Dict[str, Any]:
     if peer:
         mism["count"] = sum(ix.count(q) != peer.count(q)["count"] for q in work["count"])
     ix.count_batch(work["count"][:2], n_threads=1)  # warm-up (first import of the batch module)
-    batch_times = [clock(lambda: ix.count_batch(work["count"], n_threads=1))[1] for _ in range(args.rounds)]
+    batch_times, batch_cpu = [], []
+    for _ in range(args.rounds):
+        c0 = time.process_time()
+        batch_times.append(clock(lambda: ix.count_batch(work["count"], n_threads=1))[1])
+        batch_cpu.append(time.process_time() - c0)
     ragged = __import__("infinigram_hf.batch", fromlist=["Ragged"]).Ragged.from_sequences(work["count"])
     ragged_times = [clock(lambda: ix.count_batch(ragged, n_threads=1))[1] for _ in range(args.rounds)]
     nq = len(work["count"])
     res["count_batch"] = {
         "ours_batch_queries_per_s": round(nq / float(np.median(batch_times))),
+        "ours_batch_queries_per_cpu_s": round(nq / float(np.median(batch_cpu))),
         "ours_batch_from_numpy_queries_per_s": round(nq / float(np.median(ragged_times))),
         "ours_single_calls_queries_per_s": round(1e6 / res["count"]["ours"]["mean_us"]),
     }
     if peer:
         res["count_batch"]["official_single_calls_queries_per_s"] = round(1e6 / res["count"]["official"]["mean_us"])
+        res["count_batch"]["official_single_calls_queries_per_cpu_s"] = round(1e6 / res["count"]["official_cpu"]["mean_us"])
+        res["count_batch"]["ratio_ours_batch_over_official_cpu"] = round(
+            res["count_batch"]["ours_batch_queries_per_cpu_s"] / res["count_batch"]["official_single_calls_queries_per_cpu_s"], 1)
         res["count_batch"]["ratio_ours_batch_over_official"] = round(
             res["count_batch"]["ours_batch_queries_per_s"] / res["count_batch"]["official_single_calls_queries_per_s"], 1)
 
@@ -261,18 +278,23 @@ def side_by_side(args: argparse.Namespace) -> Dict[str, Any]:
     # ---- dense scoring
     seqs = [np.asarray(tokens[offsets[i]:offsets[i + 1]], dtype=np.uint32) for i in range(len(offsets) - 1)]
     n_tok = sum(len(s) for s in seqs)
-    rates = []
+    rates, cpu_rates = [], []
     for _ in range(args.rounds):
+        c0 = time.process_time()
         _, dt = clock(lambda: [ix.score(s) for s in seqs])
         rates.append(n_tok / dt)
+        cpu_rates.append(n_tok / (time.process_time() - c0))
     batch_rates = [n_tok / clock(lambda: ix.score_batch(seqs, n_threads=1))[1] for _ in range(args.rounds)]
     res["dense_score"] = {"tokens": n_tok, "ours_tokens_per_s": round(float(np.median(rates))),
+                          "ours_tokens_per_cpu_s": round(float(np.median(cpu_rates))),
                           "ours_batch_tokens_per_s": round(float(np.median(batch_rates))),
                           "ours_mean_effective_n": round(float(np.mean(np.concatenate(
                               [ix.score(s).suffix_len for s in seqs]))) + 1, 2)}
     if peer:
         doc = max(seqs, key=len)[:args.official_dense_tokens].tolist()
+        c0 = time.process_time()
         _, dt = clock(lambda: [peer.infgram_prob(doc[:i], doc[i]) for i in range(len(doc))])
+        res["dense_score"]["official_tokens_per_cpu_s"] = round(len(doc) / (time.process_time() - c0))
         res["dense_score"]["official_tokens_per_s"] = round(len(doc) / dt)
         res["dense_score"]["official_tokens_measured"] = len(doc)
         res["dense_score"]["ratio_ours_over_official"] = round(res["dense_score"]["ours_tokens_per_s"] / (len(doc) / dt), 1)
@@ -322,8 +344,14 @@ def growth(args: argparse.Namespace) -> Dict[str, Any]:
             t = interleaved(qs, {"ours": fn}, rounds)
             point[kind] = summarize(t["ours"])
             point[kind + "_best"] = summarize(t["ours_best"])
-        rates = [dense_tok / clock(lambda: [ix.score(s) for s in dense])[1] for _ in range(args.rounds)]
+            point[kind + "_cpu"] = summarize(t["ours_cpu"])
+        rates, cpu_rates = [], []
+        for _ in range(args.rounds):
+            c0 = time.process_time()
+            rates.append(dense_tok / clock(lambda: [ix.score(s) for s in dense])[1])
+            cpu_rates.append(dense_tok / (time.process_time() - c0))
         point["dense_score_tokens_per_s"] = round(float(np.median(rates)))
+        point["dense_score_tokens_per_cpu_s"] = round(float(np.median(cpu_rates)))
         out["points"].append(point)
         log(json.dumps(point))
         ix.close()
@@ -343,16 +371,20 @@ def plot_growth(out: Dict[str, Any]) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     for kind, label in (("count", "count (1-10 gram)"), ("infgram_prob", "infgram_prob (100-500 tok prompt)"),
                         ("infgram_ntd", "infgram_ntd exact (same prompts)"), ("ntd_1token", "ntd, 1-token prompt")):
-        a.plot(x, [p[kind]["median_us"] for p in pts], "o-", label=f"{label}: median")
-        a.plot(x, [p[kind]["p99_us"] for p in pts], "x--", alpha=0.5, color=a.lines[-1].get_color(), label="  p99")
+        k = kind + "_cpu" if kind + "_cpu" in pts[0] else kind
+        a.plot(x, [p[k]["median_us"] for p in pts], "o-", label=f"{label}: median")
+        a.plot(x, [p[k]["p99_us"] for p in pts], "x--", alpha=0.5, color=a.lines[-1].get_color(), label="  p99")
     a.set_xscale("log")
     a.set_yscale("log")
     a.set_xlabel("corpus tokens (linux C prefixes)")
-    a.set_ylabel("latency per Python call (µs)")
-    a.set_title("query latency vs corpus size (1 CPU)")
+    a.set_ylabel("CPU time per Python call (µs)")
+    a.set_title("query latency vs corpus size (1 CPU, CPU time)")
     a.grid(True, which="both", alpha=0.3)
     a.legend(fontsize=7)
-    b.plot(x, [p["dense_score_tokens_per_s"] / 1e3 for p in pts], "o-")
+    b.plot(x, [p.get("dense_score_tokens_per_cpu_s", p["dense_score_tokens_per_s"]) / 1e3 for p in pts], "o-",
+           label="per CPU-second")
+    b.plot(x, [p["dense_score_tokens_per_s"] / 1e3 for p in pts], "x--", alpha=0.6, label="per wall-clock second")
+    b.legend(fontsize=8)
     b.set_xscale("log")
     b.set_xlabel("corpus tokens (linux C prefixes)")
     b.set_ylabel("dense scoring (k tokens/s)")
@@ -379,8 +411,9 @@ def _row(name: str, d: Dict[str, Any], sfx: str = "") -> str:
 def markdown(sbs: Optional[Dict[str, Any]], gr: Optional[Dict[str, Any]]) -> str:
     lines = []
     if sbs:
-        for sfx, title in (("", "a query's latency = its median over rounds"),
-                           ("_best", "a query's latency = its best round (interference from other jobs removed)")):
+        for sfx, title in (("", "wall clock: a query's latency = its median over rounds"),
+                           ("_cpu", "CPU time of the process (all its threads): a query's = its median over rounds; "
+                                    "time the shared CPU spent on other jobs is left out")):
             lines += ["", f"*{title}*", "",
                       "| query (one Python call) | ours median µs | p90 | p99 | official median µs | p90 | p99 | official/ours (median) |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -391,10 +424,14 @@ def markdown(sbs: Optional[Dict[str, Any]], gr: Optional[Dict[str, Any]]) -> str
         cb, ds = sbs.get("count_batch", {}), sbs.get("dense_score", {})
         lines += ["", f"- count batched (one `count_batch` call, from Python lists): {cb.get('ours_batch_queries_per_s', 0):,} queries/s "
                   f"({cb.get('ours_batch_from_numpy_queries_per_s', 0):,}/s from numpy offsets); official one call per query: "
-                  f"{cb.get('official_single_calls_queries_per_s', 0):,}/s → **{cb.get('ratio_ours_batch_over_official', '–')}×**",
-                  f"- dense scoring: ours {ds.get('ours_tokens_per_s', 0):,} tokens/s (`score` per document; `score_batch` "
-                  f"{ds.get('ours_batch_tokens_per_s', 0):,}), official token-by-token infgram_prob "
-                  f"{ds.get('official_tokens_per_s', 0):,} tokens/s → **{ds.get('ratio_ours_over_official', '–')}×**",
+                  f"{cb.get('official_single_calls_queries_per_s', 0):,}/s → **{cb.get('ratio_ours_batch_over_official', '–')}×** "
+                  f"(CPU time: {cb.get('ours_batch_queries_per_cpu_s', 0):,} vs {cb.get('official_single_calls_queries_per_cpu_s', 0):,} "
+                  f"per CPU-second → {cb.get('ratio_ours_batch_over_official_cpu', '–')}×)",
+                  f"- dense scoring: ours {ds.get('ours_tokens_per_s', 0):,} tokens/s ({ds.get('ours_tokens_per_cpu_s', 0):,} per "
+                  f"CPU-second; `score` per document, `score_batch` {ds.get('ours_batch_tokens_per_s', 0):,}/s; mean effective n "
+                  f"{ds.get('ours_mean_effective_n', '–')}), official token-by-token infgram_prob "
+                  f"{ds.get('official_tokens_per_s', 0):,} tokens/s ({ds.get('official_tokens_per_cpu_s', 0):,} per CPU-second) → "
+                  f"**{ds.get('ratio_ours_over_official', '–')}×**",
                   f"- official infgram_ntd with max_support=1000 (approximate on "
                   f"{100 * sbs.get('infgram_ntd', {}).get('official_max_support_1000_approx_fraction', 0):.0f}% of prompts): "
                   f"{sbs.get('infgram_ntd', {}).get('official_max_support_1000', {})}",
@@ -402,11 +439,14 @@ def markdown(sbs: Optional[Dict[str, Any]], gr: Optional[Dict[str, Any]]) -> str
                   f"prompts/s, infgram_ntd {sbs.get('infgram_ntd', {}).get('ours_batch_prompts_per_s', 0):,} prompts/s",
                   f"- answers differing from the official engine's: {sbs.get('mismatches_vs_official')}"]
     if gr and gr.get("points"):
-        lines += ["", "| corpus tokens | count µs (med / p99) | infgram_prob µs | infgram_ntd µs | 1-token ntd µs | dense k tok/s |",
+        lines += ["", "Wall clock (median over rounds per query; median / p99 over queries), and in brackets the CPU-time medians:", "",
+                  "| corpus tokens | count µs | infgram_prob µs | infgram_ntd µs | 1-token ntd µs | dense k tok/s (per CPU-s) |",
                   "|---:|---:|---:|---:|---:|---:|"]
         for p in gr["points"]:
-            cells = [f"{p[k]['median_us']:.1f} / {p[k]['p99_us']:.1f}" for k in ("count", "infgram_prob", "infgram_ntd", "ntd_1token")]
-            lines.append(f"| {p['tokens']:,} | " + " | ".join(cells) + f" | {p['dense_score_tokens_per_s'] / 1e3:,.0f} |")
+            cells = [f"{p[k]['median_us']:.1f} / {p[k]['p99_us']:.1f} ({p.get(k + '_cpu', p[k])['median_us']:.1f})"
+                     for k in ("count", "infgram_prob", "infgram_ntd", "ntd_1token")]
+            lines.append(f"| {p['tokens']:,} | " + " | ".join(cells) + f" | {p['dense_score_tokens_per_s'] / 1e3:,.0f} "
+                         f"({p.get('dense_score_tokens_per_cpu_s', 0) / 1e3:,.0f}) |")
     return "\n".join(lines)
 
 
