@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .index import InfiniGramIndex
 from .interpolation import PerplexityResult, TokenScores, interpolate
-from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_model_vocab, check_tokenizer
+from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 from .tokenization import encode_texts
 
 
@@ -125,9 +125,13 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, 
         raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
     if tokenizer is not None:
         check_tokenizer(index, tokenizer)
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    cfg = getattr(model, "config", None)
+    vocab = getattr(cfg, "vocab_size", None)
     if vocab is not None:
         check_model_vocab(index, int(vocab))
+    context = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+    if isinstance(context, int) and window > context:
+        raise ValueError(f"window={window} is longer than the model's context of {context} positions")
     docs = _documents(data, tokenizer, text_column)
     bos = _bos_id(tokenizer, model) if add_bos else None
     off = 1 if bos is not None else 0
@@ -240,6 +244,8 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
         >>> res = perplexity(model, tok, ["def f(x):\\n    return x\\n"], index)   # doctest: +SKIP
         >>> print(res.summary())                                                 # doctest: +SKIP
     """
+    check_lambda(lambda_sparse, "lambda_sparse")  # fail before the model runs, not after
+    check_lambda(lambda_dense, "lambda_dense")
     scores = token_scores(model, tokenizer, data, index, window=window, stride=stride, batch_size=batch_size,
                           text_column=text_column, add_bos=add_bos, progress=progress)
     return interpolate(scores, lambda_sparse, lambda_dense)

@@ -97,7 +97,7 @@ def test_first_token_without_bos_and_dataset_input(tiny_model, tiny_tok, tiny_in
     pre = perplexity(tiny_model, None, ids, tiny_index, window=32, stride=16, progress=False)
     assert pre.perplexity == pytest.approx(with_bos.perplexity, rel=1e-6)
     with pytest.raises(ValueError, match="text_column"):
-        perplexity(tiny_model, tiny_tok, ds, tiny_index, progress=False)
+        perplexity(tiny_model, tiny_tok, ds, tiny_index, window=32, stride=16, progress=False)
 
 
 def test_bad_arguments_and_tokenizer_mismatch(tiny_model, tiny_tok, tiny_index):
@@ -106,9 +106,10 @@ def test_bad_arguments_and_tokenizer_mismatch(tiny_model, tiny_tok, tiny_index):
     with pytest.raises(ValueError, match="lambda_dense"):
         perplexity(tiny_model, tiny_tok, DOCS, tiny_index, lambda_dense=2.0, progress=False)
     with pytest.raises(ValueError, match="single string"):
-        perplexity(tiny_model, tiny_tok, "abc", tiny_index, progress=False)
+        perplexity(tiny_model, tiny_tok, "abc", tiny_index, window=32, stride=16, progress=False)
     with pytest.raises(TokenizerMismatchError):
-        perplexity(tiny_model, make_tokenizer(TEXTS[:1], vocab_size=270), DOCS, tiny_index, progress=False)
+        perplexity(tiny_model, make_tokenizer(TEXTS[:1], vocab_size=270), DOCS, tiny_index, window=32, stride=16,
+                   progress=False)
 
 
 def test_tuning_finds_the_minimum_and_em_agrees_with_grid(tiny_model, tiny_tok, tiny_index):
@@ -160,3 +161,8 @@ def test_demo_model_trains_and_is_cached(tiny_index, tiny_tok, tmp_path):
     for a, b in zip(model.parameters(), again.parameters()):
         assert torch.equal(a, b)
     assert model.config.vocab_size == len(tiny_tok)
+
+
+def test_window_longer_than_the_model_is_refused(tiny_model, tiny_tok, tiny_index):
+    with pytest.raises(ValueError, match="context"):
+        perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=tiny_model.config.n_positions + 1, progress=False)
