@@ -46,7 +46,7 @@ from infinigram_hf.speculative import speculative_generate  # noqa: E402
 
 Pair = Tuple[np.ndarray, np.ndarray]  # (prompt ids, real continuation ids)
 DRAFT_DEFAULTS: Dict[str, Any] = {}  # the drafter's own defaults
-TREE = {"width": 3, "max_nodes": 16}
+TREE = {"width": 3, "max_nodes": 12, "min_prob": 0.15}
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -145,7 +145,7 @@ def part_simulation(index: Any, sets: Dict[str, List[Pair]]) -> dict:
         "ours: ∞-gram only": (lambda: InfiniGramDrafter(index, source="infgram"), "row"),
         "ours: prompt lookup first, ∞-gram fallback": (lambda: InfiniGramDrafter(index, source="lookup_first"), "row"),
         "ours: longer match wins (default chain)": (lambda: InfiniGramDrafter(index), "row"),
-        "ours: token tree (width 3, 16 nodes)": (lambda: InfiniGramDrafter(index), "tree"),
+        "ours: token tree (best-first, 12 nodes)": (lambda: InfiniGramDrafter(index), "tree"),
     }
     out: dict = {}
     for domain, pairs in sets.items():

@@ -390,24 +390,45 @@ class InfiniGramDrafter:
         n = int(self._n[0])
         return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
 
-    def tree(self, ids: Any, *, width: int = 3, max_nodes: int = 16, max_tokens: Optional[int] = None,
-             branch_share: float = 0.1) -> DraftTree:
-        """Several candidate continuations merged into a token tree: the draft `draft()` would
-        return first, then the other source's draft, then for up to `width` frequent first
-        tokens of the ∞-gram (each holding at least branch_share of its context's occurrences)
-        their greedy chains. At most max_nodes nodes, paths at most max_tokens deep."""
+    def tree(self, ids: Any, *, width: int = 3, max_nodes: int = 12, min_prob: float = 0.15,
+             max_tokens: Optional[int] = None) -> DraftTree:
+        """Several candidate continuations as one token tree: the draft `draft()` would return,
+        the other source's draft, and the ∞-gram's best-first tree (`best_first`: up to `width`
+        continuations per node, nodes whose path probability is at least min_prob). At most
+        max_nodes nodes; paths at most max_tokens (and the match-length cap) deep."""
         seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
         state = self.infgram_state(seq) if self._use_inf else None
-        return self._tree(seq, self._limit(max_tokens), state, width, max_nodes, branch_share)
+        return self._tree(seq, self._limit(max_tokens), state, width, max_nodes, min_prob)
 
-    def tree_row(self, row: "DraftRow", *, width: int = 3, max_nodes: int = 16, max_tokens: Optional[int] = None,
-                 branch_share: float = 0.1) -> DraftTree:
+    def tree_row(self, row: "DraftRow", *, width: int = 3, max_nodes: int = 12, min_prob: float = 0.15,
+                 max_tokens: Optional[int] = None) -> DraftTree:
         """`tree` for a row started with `start`."""
         self.sync(row)
-        return self._tree(row.buf[:row.n], self._limit(max_tokens), row.state, width, max_nodes, branch_share)
+        return self._tree(row.buf[:row.n], self._limit(max_tokens), row.state, width, max_nodes, min_prob)
+
+    def best_first(self, state: np.ndarray, *, max_nodes: int, max_depth: int, width: int = 3,
+                   min_prob: float = 0.1) -> DraftTree:
+        """The ∞-gram's own token tree (`ig_draft_tree`): nodes added most probable first, a
+        node's probability being the product of ∞-gram shares along its path."""
+        st = np.ascontiguousarray(state, dtype=np.int64)
+        toks = np.zeros(max(max_nodes, 1), dtype=np.int64)
+        par = np.zeros(max(max_nodes, 1), dtype=np.int64)
+        probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
+        eos = -1 if self.eos_token_id is None else self.eos_token_id
+        with self.index._handle() as ix:
+            rc = lib.ig_draft_tree(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_nodes, max_depth, width, min_prob,
+                                   eos, ffi.cast("int64_t *", ffi.from_buffer(toks)),
+                                   ffi.cast("int64_t *", ffi.from_buffer(par)),
+                                   ffi.cast("double *", ffi.from_buffer(probs)), self._n, self._err, len(self._err))
+        check(rc, self._err)
+        n = int(self._n[0])
+        depth = np.zeros(n, dtype=np.int64)
+        for i in range(n):
+            depth[i] = 1 if par[i] < 0 else depth[par[i]] + 1
+        return DraftTree(toks[:n].copy(), par[:n].copy(), depth)
 
     def _tree(self, seq: np.ndarray, limit: int, state: Optional[np.ndarray], width: int, max_nodes: int,
-              branch_share: float) -> DraftTree:
+              min_prob: float) -> DraftTree:
         if limit <= 0 or max_nodes <= 0:
             return DraftTree.from_paths([], 0)
         main = self._pick(seq, limit, state)
@@ -416,20 +437,20 @@ class InfiniGramDrafter:
             look = self.lookup(seq, limit)
             if len(look):
                 paths.append(look.tokens)
-        if state is not None and width > 0:
-            slen = int(state[0])
-            if slen >= self.min_match:
-                if main.source != "infgram":  # the ∞-gram's own chain, as the second candidate
-                    alt = self.infgram_chain(state, self.cap_for(slen, limit))
-                    if len(alt):
-                        paths.append(alt.tokens)
-                toks, cnts, child, total = self.children(state, width)
-                for t, c, cs in zip(toks, cnts, child):
-                    if total == 0 or c < branch_share * total or t == self.index.separator_id:
-                        continue
-                    rest = self.infgram_chain(cs, self.cap_for(slen + 1, limit) - 1) if limit > 1 else _NONE
-                    paths.append(np.concatenate([[t], rest.tokens]).astype(np.int64))
+        if state is not None and width > 0 and int(state[0]) >= self.min_match:
+            t = self.best_first(state, max_nodes=max_nodes, max_depth=self.cap_for(int(state[0]), limit), width=width,
+                                min_prob=min_prob)
+            paths.extend(_node_path(t, i) for i in range(len(t)))
         return DraftTree.from_paths(paths, max_nodes)
+
+
+def _node_path(tree: DraftTree, node: int) -> list:
+    """Tokens from the root's child down to `node`."""
+    out = []
+    while node >= 0:
+        out.append(int(tree.tokens[node]))
+        node = int(tree.parents[node])
+    return out[::-1]
 
 
 @dataclass

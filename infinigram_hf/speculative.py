@@ -106,7 +106,7 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
         drafter: a ready InfiniGramDrafter (e.g. prompt lookup only: InfiniGramDrafter(None)).
         draft_options: keyword arguments for InfiniGramDrafter (max_draft=, min_match=, ...).
         draft_tree: verify several candidates at once as a token tree; tree_options: width=,
-            max_nodes=, branch_share= for `InfiniGramDrafter.tree`.
+            max_nodes=, min_prob= for `InfiniGramDrafter.tree`.
         draft_stats: a dict that receives the run's `SpeculativeStats` under "stats".
 
     Greedy and sampling (num_beams=1) are supported; output_scores / attentions / hidden states

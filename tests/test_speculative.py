@@ -17,7 +17,7 @@ import torch
 from conftest import make_index
 from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
 from infinigram_hf.candidate import InfiniGramCandidateGenerator, hf_assisted_generate
-from infinigram_hf.drafter import Draft, DraftTree, InfiniGramDrafter
+from infinigram_hf.drafter import Draft, DraftTree, InfiniGramDrafter, _node_path
 from infinigram_hf.incremental import init_state
 from infinigram_hf.speculative import generate as spec_generate
 from infinigram_hf.speculative import speculative_generate
@@ -177,6 +177,22 @@ def test_tree_holds_the_chain(tiny_tok, tiny_index):
         for i in range(len(tree)):
             par = tree.parents[i]
             assert par < i and tree.depth[i] == (1 if par < 0 else tree.depth[par] + 1)
+    # the ∞-gram's best-first tree: probabilities are products of shares, most probable first
+    for p in _prompts(tiny_tok, 10, seed=13, lo=2, hi=12):
+        state = init_state(tiny_index, p).values
+        t = d.best_first(state, max_nodes=10, max_depth=4, width=3, min_prob=0.05)
+        suffix = _suffix(tiny_index, p)
+        probs = []
+        for i in range(len(t)):
+            path = [int(x) for x in _node_path(t, i)]
+            if path[-1] == d.eos_token_id:  # a document end: drafted as EOS, not a corpus token
+                continue
+            prob = 1.0
+            for k in range(len(path)):
+                prob *= tiny_index.count(suffix + path[:k + 1]) / tiny_index.count(suffix + path[:k])
+            probs.append(prob)
+            assert prob >= 0.05 and t.depth[i] <= 4
+        assert probs == sorted(probs, reverse=True)
     t = DraftTree.from_paths([[1, 2, 3], [1, 2, 4], [5]], max_nodes=10)
     assert list(t.tokens) == [1, 2, 3, 4, 5] and list(t.parents) == [-1, 0, 1, 1, -1]
 

@@ -56,6 +56,17 @@ int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint3
 int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t n_new,
                      int64_t *out, char *err, size_t errlen);
 
+/* Best-first token tree from a state: nodes are added in order of their estimated probability
+   (the product of ∞-gram shares count / total along the path from the root), the candidates
+   below a node being the `width` most frequent continuations of its context. Stops after
+   max_nodes nodes or when the best remaining candidate's probability is below min_prob; paths
+   are at most max_depth deep. tokens/parents/probs hold max_nodes entries; parents[i] is -1 for
+   a child of the root, else an earlier node. A document end becomes a leaf drafted as eos_id
+   (none when eos_id < 0). A state with suffix_len 0 gives no tree. */
+int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
+                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+                  int64_t *n_out, char *err, size_t errlen);
+
 /* Prompt lookup over seq[0..n) (any int64 ids, no index needed): the longest suffix of seq,
    between min_len and max_len tokens, that also ends at an earlier position j < n - 1 (the
    most recent such j on ties). The draft is what followed it, seq[j+1 ..], continued

@@ -434,3 +434,83 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     }
     return IG_OK;
 }
+
+/* ---------------------------------------------------------------- best-first trees */
+
+typedef struct {
+    double p;
+    int64_t parent; /* node index, -1 = the root */
+    uint32_t tok;
+} tree_cand;
+
+int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
+                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+                  int64_t *n_out, char *err, size_t errlen) {
+    if (!n_out || (max_nodes > 0 && (!tokens || !parents || !probs))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    if (max_nodes < 0 || max_depth < 0 || width < 0)
+        return ig_fail(err, errlen, IG_ERR_ARG, "max_nodes, max_depth and width must be >= 0");
+    *n_out = 0;
+    ig_scratch sc;
+    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    if (l < 0) {
+        scratch_free(&sc);
+        return (int)l;
+    }
+    if (l == 0 || max_nodes == 0 || max_depth == 0 || width == 0) {
+        scratch_free(&sc);
+        return IG_OK;
+    }
+    int ns = ix->n_shards;
+    int64_t cap = (max_nodes + 1) * width;
+    ig_range *node_r = malloc((size_t)(max_nodes + 1) * (size_t)ns * sizeof *node_r); /* slot max_nodes = root */
+    int64_t *depth = malloc((size_t)max_nodes * sizeof *depth);
+    tree_cand *heap = malloc((size_t)cap * sizeof *heap);
+    tc *cands = malloc((size_t)width * sizeof *cands);
+    if (!node_r || !depth || !heap || !cands) {
+        free(node_r); free(depth); free(heap); free(cands);
+        scratch_free(&sc);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    memcpy(node_r + max_nodes * ns, sc.a, (size_t)ns * sizeof *node_r);
+    int64_t h = 0, n = 0, node = -1; /* node: the one whose children are pushed next (-1 = root) */
+    for (;;) {
+        if (node >= -1) { /* push the children of `node` */
+            const ig_range *r = node < 0 ? node_r + max_nodes * ns : node_r + node * ns;
+            int64_t d = node < 0 ? 0 : depth[node];
+            double base = node < 0 ? 1.0 : probs[node];
+            uint64_t total;
+            int64_t k = candidates(ix, r, l + d, cands, width, &total, sc.c);
+            for (int64_t j = 0; j < k && h < cap; j++) {
+                double p = base * (double)cands[j].cnt / (double)total;
+                if (p >= min_prob) heap[h++] = (tree_cand){p, node, cands[j].tok};
+            }
+        }
+        if (n >= max_nodes || h == 0) break;
+        int64_t best = 0; /* the most probable candidate becomes the next node */
+        for (int64_t j = 1; j < h; j++)
+            if (heap[j].p > heap[best].p) best = j;
+        tree_cand c = heap[best];
+        heap[best] = heap[--h];
+        node = -2; /* nothing to expand unless the new node is an inner one */
+        if (c.tok == ix->separator && eos_id < 0) continue; /* a document end we cannot draft */
+        int64_t pd = c.parent < 0 ? 0 : depth[c.parent];
+        const ig_range *pr = c.parent < 0 ? node_r + max_nodes * ns : node_r + c.parent * ns;
+        parents[n] = c.parent;
+        probs[n] = c.p;
+        depth[n] = pd + 1;
+        if (c.tok == ix->separator) {
+            tokens[n++] = eos_id; /* a leaf: the document ends */
+            continue;
+        }
+        tokens[n] = (int64_t)c.tok;
+        narrow_all(ix, pr, l + pd, c.tok, node_r + n * ns);
+        if (depth[n] < max_depth) node = n;
+        n++;
+    }
+    *n_out = n;
+    free(node_r); free(depth); free(heap); free(cands);
+    scratch_free(&sc);
+    return IG_OK;
+}
