@@ -14,6 +14,8 @@ from .perplexity import perplexity, token_scores, with_index
 # The standalone ∞-gram LM: generation, smoothed perplexity (infinigram_hf.lm, .smoothing).
 from .lm import InfiniGramLM
 from .smoothing import SmoothingParams
+# Speculative decoding: the drafter is torch-free; the decoding loop is imported on first use.
+from .drafter import Draft, DraftTree, InfiniGramDrafter
 
 __version__ = "0.1.0"
 
@@ -23,6 +25,12 @@ def __getattr__(name: str):
     if name == "InfiniGramLogitsProcessor":
         from .processor import InfiniGramLogitsProcessor
         return InfiniGramLogitsProcessor
+    if name in ("speculative_generate", "SpeculativeStats"):
+        from . import speculative
+        return getattr(speculative, name)
+    if name == "InfiniGramCandidateGenerator":
+        from .candidate import InfiniGramCandidateGenerator
+        return InfiniGramCandidateGenerator
     raise AttributeError(f"module 'infinigram_hf' has no attribute {name!r}")
 
 
@@ -41,6 +49,12 @@ __all__ = [
     "DocumentMatch",
     "SearchResult",
     "InfiniGramLogitsProcessor",
+    "InfiniGramDrafter",
+    "Draft",
+    "DraftTree",
+    "speculative_generate",
+    "SpeculativeStats",
+    "InfiniGramCandidateGenerator",
     "perplexity",
     "token_scores",
     "with_index",
