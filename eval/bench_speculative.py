@@ -143,8 +143,9 @@ def part_simulation(index: Any, sets: Dict[str, List[Pair]]) -> dict:
         "HF prompt lookup (k=10)": (lambda: hf_prompt_lookup(10), "fn"),
         "ours: prompt lookup only": (lambda: InfiniGramDrafter(None), "row"),
         "ours: ∞-gram only": (lambda: InfiniGramDrafter(index, source="infgram"), "row"),
-        "ours: prompt lookup first, ∞-gram fallback": (lambda: InfiniGramDrafter(index, source="lookup_first"), "row"),
-        "ours: longer match wins (default chain)": (lambda: InfiniGramDrafter(index), "row"),
+        "ours: longer match wins": (lambda: InfiniGramDrafter(index, source="longest"), "row"),
+        "ours: default chain (lookup first, ∞-gram fallback)": (lambda: InfiniGramDrafter(index), "row"),
+        "ours: default chain, fixed caps (adaptive=False)": (lambda: InfiniGramDrafter(index, adaptive=False), "row"),
         "ours: token tree (best-first, 12 nodes)": (lambda: InfiniGramDrafter(index), "tree"),
     }
     out: dict = {}
@@ -152,7 +153,7 @@ def part_simulation(index: Any, sets: Dict[str, List[Pair]]) -> dict:
         for name, (make, mode) in methods.items():
             r = simulate(pairs, make(), mode)
             out.setdefault(domain, {})[name] = r
-            print(f"  sim {domain:14s} {name:45s} {r['tokens_per_step']:.3f} tok/step  "
+            print(f"  sim {domain:14s} {name:52s} {r['tokens_per_step']:.3f} tok/step  "
                   f"{r['drafted_per_step']:.2f} drafted/step  {r['draft_us_per_drafted_token']:.1f} µs/drafted",
                   flush=True)
     return out

@@ -1,19 +1,22 @@
 """The ∞-gram as a speculative-decoding drafter: cheap guesses of the next few tokens.
 
-Two sources, whichever matches the current sequence longer:
+Two sources:
 
 * the **∞-gram** (the index): take the longest suffix of the context that occurs in the corpus
-  (a decoding state, cached by context in a `SuffixCache`), propose its most frequent
-  continuation, narrow the match by it and repeat (one C call, `ig_draft_chain`). The draft
-  stops when the continuation gets rare or uncertain (count, share of the context's
-  occurrences, product of those shares) or reaches its cap; the cap grows with the match
-  length, so a long match drafts long and a short one drafts little.
+  (a decoding state), propose its most frequent continuation, narrow the match by it and
+  repeat. The draft stops when the continuation gets rare or uncertain (count, share of the
+  context's occurrences, product of those shares) or reaches its cap; the cap grows with the
+  match length, so a long match drafts long and a short one drafts little.
 * **prompt lookup** (the sequence itself): the longest suffix of the sequence that also occurs
-  earlier in it, and what followed (`ig_draft_lookup`) — repeated identifiers, copied lines,
-  a model looping.
+  earlier in it, and what followed — repeated identifiers, copied lines, a model looping.
 
-When neither matches at least its minimum length the draft is empty: the decoding loop then
-runs a plain one-token step, so text the index knows nothing about costs (almost) nothing.
+By default the sequence's own continuation goes first and the ∞-gram fills in when it has none
+(`source=` picks another rule). In a decoding loop (`start` / `draft_row` / `append` /
+`feedback`) one C call per step advances the row's ∞-gram state through the tokens accepted
+since the last draft and drafts (`ig_draft_step`, infinigram_draft.h), and each source's draft
+length adapts to how well that source's drafts were accepted lately. When neither source
+matches well the draft is empty and the loop runs a plain one-token step, so text the index
+knows nothing about costs (almost) nothing. `tree` proposes several continuations at once.
 
 Example:
     >>> drafter = InfiniGramDrafter(index, max_draft=8)             # doctest: +SKIP
@@ -126,9 +129,10 @@ class InfiniGramDrafter:
             or when the product of shares along the draft would fall below min_joint.
         prompt_lookup: also draft from the sequence itself.
         lookup_min_match / lookup_max_match: match lengths considered by prompt lookup.
-        source: how the two sources combine: "longest" (the longer match wins; ties go to the
-            ∞-gram), "lookup_first" / "infgram_first" (the other only when the first has no
-            draft), "infgram" or "lookup" (one source only).
+        source: how the two sources combine: "lookup_first" (the sequence's own continuation
+            when it has one, else the ∞-gram; best on held-out code here), "longest" (the longer
+            match wins; ties go to the ∞-gram), "infgram_first", "infgram" or "lookup" (one
+            source only).
         eos_token_id: the id a document end in the corpus is drafted as (default: the index's);
             also a document boundary: the ∞-gram context starts after the last one.
         cache: a SuffixCache to reuse (default: a new one on the index).
@@ -147,9 +151,9 @@ class InfiniGramDrafter:
     """
 
     def __init__(self, index: Optional[InfiniGramIndex], *, max_draft: int = 8, min_match: int = 2,
-                 match_ratio: float = 1.0, min_count: int = 1, min_share: float = 0.2, min_joint: float = 0.05,
-                 prompt_lookup: bool = True, lookup_min_match: int = 3, lookup_max_match: int = 64,
-                 source: str = "longest", eos_token_id: Optional[int] = None, cache: Any = None,
+                 match_ratio: float = 2.0, min_count: int = 1, min_share: float = 0.2, min_joint: float = 0.05,
+                 prompt_lookup: bool = True, lookup_min_match: int = 2, lookup_max_match: int = 64,
+                 source: str = "lookup_first", eos_token_id: Optional[int] = None, cache: Any = None,
                  adaptive: bool = True, verify_cost: float = 0.05):
         if index is not None and not isinstance(index, InfiniGramIndex):
             raise ValueError(f"index must be an InfiniGramIndex or None, got {type(index).__name__}")
