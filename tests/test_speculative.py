@@ -23,6 +23,16 @@ from infinigram_hf.speculative import generate as spec_generate
 from infinigram_hf.speculative import speculative_generate
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared CPU every multi-threaded op waits
+    for a descheduled thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def model(tiny_tok):
     return make_model(len(tiny_tok) + 12, seed=3).double()
