@@ -172,7 +172,10 @@ class _Loop:
     def __init__(self, model: Any, input_ids: torch.LongTensor, attention_mask: Optional[torch.Tensor], cfg: Any,
                  processors: Any, stopping: Any, drafter: InfiniGramDrafter, tree: bool, tree_options: dict):
         self.model, self.cfg, self.drafter, self.tree, self.tree_options = model, cfg, drafter, tree, tree_options
-        self.device = input_ids.device
+        self.device = getattr(model, "device", input_ids.device)  # inputs may come on the CPU
+        input_ids = input_ids.to(self.device)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(self.device)
         self.input_ids = input_ids
         b, p = input_ids.shape
         self.mask = (attention_mask.to(torch.bool) if attention_mask is not None
