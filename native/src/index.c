@@ -91,12 +91,12 @@ static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *
                        dir, ht.width, (unsigned long long)ht.aux1, *token_width, *vocab);
     }
     s->tokens = s->tok_map.base + IG_HEADER_SIZE;
+    if (ht.aux2 > ht.count || ht.count > (uint64_t)IG_MAX_SHARD_TOKENS) /* (checked as read: unsigned) */
+        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: %llu documents in %llu tokens is impossible", dir,
+                       (unsigned long long)ht.aux2, (unsigned long long)ht.count);
     s->total_len = (int64_t)ht.count;
     s->num_docs = (int64_t)ht.aux2;
     s->num_tokens = s->total_len - s->num_docs;
-    if (s->num_docs > s->total_len || s->total_len > IG_MAX_SHARD_TOKENS)
-        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: %lld documents in %lld tokens is impossible", dir,
-                       (long long)s->num_docs, (long long)s->total_len);
     uint32_t sep = ig_sep_for_width(*token_width);
     if (s->total_len > 0 && ig_tok(s, *token_width, s->total_len - 1) != sep)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: does not end with a document separator", dir);

@@ -23,7 +23,9 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     if (max_context < 0 || max_context > (1 << 20))
         return ig_fail(err, errlen, IG_ERR_ARG, "max_context must be in 0..%d, got %lld", 1 << 20,
                        (long long)max_context);
-    if (cache_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "cache_entries must be >= 0");
+    if (cache_entries < 0 || cache_entries > (1 << 26)) /* (the table doubles up to it: no overflow) */
+        return ig_fail(err, errlen, IG_ERR_ARG, "cache_entries must be in 0..%d, got %lld", 1 << 26,
+                       (long long)cache_entries);
     ig_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     lm->ix = ix;
@@ -73,8 +75,9 @@ static int check_cfg(const ig_lm *lm, const ig_lm_config *c, char *err, size_t e
         return ig_fail(err, errlen, IG_ERR_ARG, "max_context must be in 0..%lld (the handle's), got %lld",
                        (long long)lm->maxc, (long long)c->max_context);
     if (!(c->floor >= 0 && c->floor < 1)) return ig_fail(err, errlen, IG_ERR_ARG, "floor must be in [0, 1)");
-    if (c->method == IG_LM_BACKOFF && !(c->decay > 0 && isfinite(c->decay)))
-        return ig_fail(err, errlen, IG_ERR_ARG, "decay must be positive and finite");
+    /* above 1 the weights decay^i overflow to inf over long contexts (inf / inf = NaN) */
+    if (c->method == IG_LM_BACKOFF && !(c->decay > 0 && c->decay <= 1))
+        return ig_fail(err, errlen, IG_ERR_ARG, "decay must be in (0, 1], got %g", c->decay);
     if (c->method == IG_LM_SMOOTH) {
         const ig_lm_smooth *m = &c->smooth;
         if (m->max_depth < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_depth must be >= 0");
@@ -687,7 +690,7 @@ int ig_lm_generate(ig_lm *lm, const ig_lm_config *cfg, const ig_lm_sampling *smp
             uint32_t slot = sample_dense(lm, smp, lm->dense, rng);
             t = slot >= lm->V ? lm->sep : slot;
         }
-        if (t == lm->sep) {
+        if (t >= lm->V) { /* the separator (or an id a corrupt tokens.bin holds: never emitted) */
             *ended = 1;
             break;
         }

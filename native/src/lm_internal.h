@@ -73,8 +73,9 @@ static inline uint64_t rows_total(const ig_lm *lm, const ig_range *rs) {
 }
 
 /* Slot of a token in dense arrays: the separator (end of document / start of document as a
-   left context) maps to V. */
-static inline uint32_t lm_slot(const ig_lm *lm, uint32_t t) { return t == lm->sep ? lm->V : t; }
+   left context) maps to V, and so does any id >= V (only a corrupt tokens.bin holds one: it must
+   not index past the V + 1 slots). */
+static inline uint32_t lm_slot(const ig_lm *lm, uint32_t t) { return t >= lm->V ? lm->V : t; }
 
 /* lm_stats.c */
 int lm_cache_init(ig_lm *lm, int64_t entries);

@@ -330,7 +330,7 @@ int ig_lm_count_of_counts(const ig_index *ix, int64_t max_n, int64_t kmax, uint6
         }
         for (int64_t j = lcp; j < open_max; j++) FLUSH(j); /* n-grams longer than lcp end */
         uint32_t left = ig_tok(sh, w, p - 1);
-        left = left == sep ? ix->vocab_size : left;
+        left = left >= ix->vocab_size ? ix->vocab_size : left; /* the separator (or a corrupt id) */
         for (int64_t j = 0; j < avail; j++) {
             if (size[j] == 0) /* a new n-gram: a fresh stamp for its depth */
                 next_gen(stamp + (size_t)j * slots, &gen[j], (uint32_t)slots);

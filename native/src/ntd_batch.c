@@ -73,10 +73,11 @@ static int walk_into(const ig_index *ix, const ig_shard *s, ig_range r, int64_t 
     if (stride > 1 && !stored_exactly(s, r, d)) {
         *approx = 1;
         if (tc_reserve(dst, dst->n + (r.hi - r.lo + stride - 1) / stride)) return IG_ERR_NOMEM;
+        const int64_t first = dst->n; /* dst may already hold earlier rows: never merge into them */
         for (int64_t k = r.lo; k < r.hi; k += stride) {
             uint32_t t = tok_rank(s, w, k, d);
             uint64_t weight = (uint64_t)(k + stride <= r.hi ? stride : r.hi - k);
-            if (dst->n && dst->tok[dst->n - 1] == t) dst->cnt[dst->n - 1] += weight;
+            if (dst->n > first && dst->tok[dst->n - 1] == t) dst->cnt[dst->n - 1] += weight;
             else { dst->tok[dst->n] = t; dst->cnt[dst->n++] = weight; }
         }
         return 0;
@@ -128,6 +129,7 @@ static int collect_ntd(const ig_index *ix, const ig_range *rs, int64_t d, uint64
         sc->acc = sc->tmp;
         sc->tmp = t;
     }
+    if (!sc->acc.n) return 0; /* (buffers may still be NULL) */
     if (tc_reserve(out, out->n + sc->acc.n)) return IG_ERR_NOMEM;
     memcpy(out->tok + out->n, sc->acc.tok, (size_t)sc->acc.n * sizeof *out->tok);
     memcpy(out->cnt + out->n, sc->acc.cnt, (size_t)sc->acc.n * sizeof *out->cnt);
@@ -290,6 +292,7 @@ int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tok
     for (int64_t i = 0; i < b->rows; i++) {
         const ntd_row *r = &b->row[i];
         const tc_buf *s = &b->store[r->tid];
+        if (!r->n) continue; /* (an empty row's store may be NULL) */
         memcpy(tokens + acc, s->tok + r->start, (size_t)r->n * sizeof *tokens);
         memcpy(counts + acc, s->cnt + r->start, (size_t)r->n * sizeof *counts);
         acc += r->n;

@@ -316,8 +316,10 @@ static int64_t left_extension(const ig_index *ix, const ig_range *rs, const uint
     int64_t best = 0;
     for (int i = 0; i < ix->n_shards && best < cap; i++) {
         const ig_shard *s = &ix->shards[i];
-        for (int64_t r = rs[i].lo; r < rs[i].hi; r++) /* independent loads: let them overlap */
-            __builtin_prefetch(s->tokens + (size_t)(ig_sa(s, r) - 1) * (size_t)w);
+        for (int64_t r = rs[i].lo; r < rs[i].hi; r++) { /* independent loads: let them overlap */
+            int64_t pos = ig_sa(s, r); /* (no pointer below the array for position 0) */
+            if (pos > 0) __builtin_prefetch(s->tokens + (size_t)(pos - 1) * (size_t)w);
+        }
         for (int64_t r = rs[i].lo; r < rs[i].hi && best < cap; r++) {
             int64_t pos = ig_sa(s, r), k = 0; /* positions before 0 read as the separator */
             while (k < cap && ig_tok(s, w, pos - 1 - k) == p[start - 1 - k]) k++;

@@ -251,9 +251,9 @@ static int check_cnf(const ig_index *ix, const uint32_t *ids, const int64_t *ter
                        IG_SEARCH_MAX_TERMS);
     if (!ids || !term_off) return ig_fail(err, errlen, IG_ERR_ARG, "query: NULL n-grams");
     for (int64_t k = 0; k < n_terms; k++) {
-        int64_t len = term_off[k + 1] - term_off[k];
-        if (term_off[k] < 0 || len < 1)
+        if (term_off[k] < 0 || term_off[k + 1] <= term_off[k]) /* (compared before subtracting) */
             return ig_fail(err, errlen, IG_ERR_ARG, "query: n-gram %lld is empty", (long long)k);
+        int64_t len = term_off[k + 1] - term_off[k];
         int rc = check_ids(ix, ids + term_off[k], len, "query n-gram", err, errlen);
         if (rc) return rc;
     }
@@ -403,7 +403,8 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     *n_out = 0;
 
     const int S = ix->n_shards, w = ix->token_width;
-    const int64_t D = opts->max_diff_tokens;
+    /* any distance beyond a shard's length means the same (and p +- D cannot overflow) */
+    const int64_t D = opts->max_diff_tokens > IG_MAX_SHARD_TOKENS ? IG_MAX_SHARD_TOKENS : opts->max_diff_tokens;
     const uint64_t maxfreq = opts->max_clause_freq;
     ig_range *rng = malloc((size_t)n_terms * (size_t)S * sizeof *rng);
     clause_t *cl = calloc((size_t)n_clauses, sizeof *cl);

@@ -21,7 +21,8 @@ int64_t state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const
         rs[i] = (ig_range){lo, hi};
         c += (uint64_t)(hi - lo);
     }
-    if (state[0] < 0 || (int64_t)c != state[1] || (c == 0 && state[0] > 0))
+    /* a matched suffix lies inside one document: no longer than a shard (and no overflow later) */
+    if (state[0] < 0 || state[0] > IG_MAX_SHARD_TOKENS || (int64_t)c != state[1] || (c == 0 && state[0] > 0))
         return ig_fail(err, errlen, IG_ERR_ARG, "%s: suffix_len %lld / count %lld are not a state of this index", what,
                        (long long)state[0], (long long)state[1]);
     return state[0];
