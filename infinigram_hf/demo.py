@@ -379,6 +379,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--rebuild", action="store_true", help="retrain the tokenizer and rebuild the index")
     p.add_argument("--runs", type=int, default=5, help="runs per query; latency is the median (default 5)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while building")
+    p.add_argument("--no-model", action="store_true",
+                   help="skip the neural-LM section (it trains a tiny GPT-2 on first use)")
     args = p.parse_args(argv)
     if args.max_files is not None and args.max_files < 1:
         p.error(f"--max-files must be at least 1, got {args.max_files}")
@@ -396,6 +398,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     demo = Demo(index=index, tokenizer=tok, root=root, heldout=heldout, runs=args.runs)
     with index:
         for section in SECTIONS:
+            if args.no_model and section is section_neural:
+                continue
             section(demo)
     print(f"\nLatencies are the median of {args.runs} runs through the Python API. Query it yourself:")
     print(f"  infinigram-hf query {out / 'index'} --text 'def main(' --top 5")
