@@ -108,6 +108,13 @@ def test_max_support_samples_and_flags_approximate(scratch_dir) -> None:
             assert not approx.approximate[1] and approx[1].as_dict() == exact[1].as_dict()
         with pytest.raises(ValueError, match="max_support"):
             ix.infgram_ntd_batch([[5]], max_support=0)
+        # Several sampled rows in one batch (one thread's store): each row equals its own call.
+        prompts = [[t] for t in range(40)] * 2
+        both = ix.infgram_ntd_batch(prompts, max_support=10, n_threads=1)
+        for i, p in enumerate(prompts):
+            one = ix.infgram_ntd(p, max_support=10)
+            assert both[i].as_dict() == one.as_dict() and both[i].approximate == one.approximate, p
+            assert int(both[i].counts.sum()) == int(both.total[i])
 
 
 # ---------------------------------------------------------------------------- input forms
