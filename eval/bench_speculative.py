@@ -41,7 +41,7 @@ import corpora  # noqa: E402
 import ppl_setup  # noqa: E402
 
 from infinigram_hf.candidate import hf_assisted_generate  # noqa: E402
-from infinigram_hf.drafter import DraftTree, InfiniGramDrafter  # noqa: E402
+from infinigram_hf.drafter import Draft, DraftTree, InfiniGramDrafter  # noqa: E402
 from infinigram_hf.speculative import speculative_generate  # noqa: E402
 
 Pair = Tuple[np.ndarray, np.ndarray]  # (prompt ids, real continuation ids)
@@ -112,6 +112,9 @@ def simulate(pairs: List[Pair], drafter: Any, mode: str) -> dict:
             t0 = time.perf_counter()
             if mode == "row":
                 dd = drafter.draft_row(row, room)
+                w = drafter.step_width([row], [dd])  # as the decoding loop does
+                if w < len(dd):
+                    dd = Draft(dd.tokens[:w], dd.source, dd.match_len)
                 d = dd.tokens
             elif mode == "tree":
                 d = drafter.tree_row(row, max_tokens=room, **TREE)
@@ -231,7 +234,8 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
 
     methods = {"greedy": run_greedy, "HF prompt lookup": run_hf_pl, "ours (chain)": ours(drafter=drafter),
                "ours (tree)": ours(drafter=drafter, draft_tree=True, tree_options=TREE),
-               "ours, prompt lookup only": ours(drafter=look)}
+               "ours, prompt lookup only": ours(drafter=look),
+               "ours, ∞-gram only (off-switch check)": ours(drafter=InfiniGramDrafter(index, source="infgram"))}
     if batch == 1:
         methods["HF assisted loop + our drafter"] = run_hf_loop
     results: dict = {}

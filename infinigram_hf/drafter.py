@@ -364,6 +364,36 @@ class InfiniGramDrafter:
                 row.accepted[j] += self._RECOVER * (self._PRIOR[0] - row.accepted[j])
                 row.rejected[j] += self._RECOVER * (self._PRIOR[1] - row.rejected[j])
 
+    def rate(self, row: "DraftRow", source: str) -> float:
+        """A row's recent per-token acceptance rate of drafts from `source`."""
+        j = {"infgram": 0, "lookup": 1}.get(source)
+        if j is None:
+            return 0.0
+        return row.accepted[j] / (row.accepted[j] + row.rejected[j])
+
+    def step_width(self, rows: Sequence["DraftRow"], drafts: Sequence[Draft]) -> int:
+        """How many draft tokens a batch verification step should take from each row.
+
+        One forward pass over B rows and w draft columns costs about (1 + c_B * w) plain steps,
+        where c_B = c * B / (1 + c * (B - 1)) (c = verify_cost: per token, a pass costs a fixed
+        part plus a part proportional to the tokens fed, so batches pay more per column); it
+        yields B + sum over rows of the expected accepted tokens, sum_{i <= w} rate**i. The
+        width maximizes tokens per cost (0 = a plain step). With adaptive=False: the longest
+        draft."""
+        longest = max((len(d) for d in drafts), default=0)
+        if not self.adaptive or longest == 0:
+            return longest
+        b, c = len(drafts), self.verify_cost
+        cb = c * b / (1.0 + c * (b - 1))
+        rates = [self.rate(r, d.source) for r, d in zip(rows, drafts)]
+        best_w, best, gain = 0, float(b), 0.0
+        for w in range(1, longest + 1):
+            gain += sum(a ** w for a, d in zip(rates, drafts) if len(d) >= w)
+            value = (b + gain) / (1.0 + cb * w)
+            if value > best:
+                best_w, best = w, value
+        return best_w
+
     def _pick(self, seq: np.ndarray, limit: int, state: Optional[np.ndarray]) -> Draft:
         """The step's draft from an up-to-date state (a copy is advanced by nothing)."""
         return self._step(seq, None if state is None else state.copy(), 0, limit)

@@ -238,6 +238,9 @@ class _Loop:
         while active:
             t0 = time.perf_counter()
             plans = [self._plan(b) for b in active]
+            if not self.tree:  # one width for the step: a batch pays for its longest draft
+                w = self.drafter.step_width([self.rows[b] for b in active], [p for p, _ in plans])
+                plans = [(p, n) if n <= w else (_cut(p, w), w) for p, n in plans]
             t_draft += time.perf_counter() - t0
             chunk, pos, parents, q = self._chunk(active, plans)
             t0 = time.perf_counter()
@@ -444,6 +447,10 @@ class _Loop:
             if toks:
                 out[b, self.input_ids.shape[1]:self.input_ids.shape[1] + len(toks)] = torch.tensor(toks, dtype=out.dtype)
         return out
+
+
+def _cut(draft: Draft, w: int) -> Draft:
+    return Draft(draft.tokens[:w], draft.source, draft.match_len, draft.counts[:w], draft.totals[:w])
 
 
 def _path_tokens(tree: DraftTree, node: int) -> list:

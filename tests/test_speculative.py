@@ -343,3 +343,20 @@ def test_errors(model, tiny_index):
         InfiniGramDrafter(tiny_index, max_draft=-1)
     with pytest.raises(ValueError, match="source"):
         InfiniGramDrafter(tiny_index, source="both")
+
+
+def test_adaptive_caps_and_step_width(tiny_index):
+    d = InfiniGramDrafter(tiny_index, max_draft=8, verify_cost=0.05)
+    row = d.start([1, 2, 3])
+    draft = Draft(np.arange(8, dtype=np.int64), "lookup", 3)
+    assert d.step_width([row], [draft]) > 0  # prior: drafts are worth trying
+    for _ in range(12):  # every lookup draft rejected at once: the source switches itself off
+        d.feedback(row, draft, 0)
+    assert d.rate(row, "lookup") < 0.05 and d.step_width([row], [draft]) == 0
+    assert d._adaptive_cap(row.accepted[1], row.rejected[1]) == 0
+    good = d.start([1, 2, 3])
+    for _ in range(12):  # always fully accepted: the whole draft, whatever the batch
+        d.feedback(good, draft, 8)
+    assert d.step_width([good], [draft]) == 8
+    assert d.step_width([good, row], [draft, Draft(np.zeros(0, dtype=np.int64), "none", 0)]) == 8
+    assert InfiniGramDrafter(tiny_index, adaptive=False).step_width([row], [draft]) == 8
