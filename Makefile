@@ -4,6 +4,11 @@
 #   make test         .venv-test: torch (CPU), the package with [test]; runs the test suite
 #   make native       rebuild the C core in place (into .venv-test's editable install)
 #   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
+#   make native-test  the C tests (native/tests/) built with AddressSanitizer + UBSan
+#   make sanitize     native-test, then the whole suite against the core built with ASan + UBSan
+#                     (.venv-sanitize; tools/sanitize.sh)
+#   make fuzz         bounded fuzzing, FUZZ_SECONDS (60) per target (fuzz/run.sh, fuzz/README.md)
+#   make soak         the load tests for SOAK_SECONDS (60) instead of a few seconds
 #   make clean        remove build outputs and the make-created virtualenvs
 #
 # Each target creates its own virtualenv on first use and reuses it afterwards (the package is
@@ -19,9 +24,12 @@ PYTEST_ARGS ?=
 DEMO_VENV := .venv-demo
 TEST_VENV := .venv-test
 SDIST_VENV := .venv-sdist
+SAN_VENV := .venv-sanitize
+FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 60
 PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
 
-.PHONY: demo test native sdist-check clean venv-demo venv-test
+.PHONY: demo test native sdist-check clean venv-demo venv-test native-test sanitize fuzz soak
 .PRECIOUS: %/.venv-ready
 
 # A venv is made once; its marker file records that pip and torch are in.
@@ -73,7 +81,29 @@ print("sdist-check:", ix)
 endef
 export SDIST_SMOKE
 
+# ---- reliability (RELIABILITY.md): sanitizers, fuzzing, load
+
+native-test:
+	native/tests/run.sh
+
+# The suite runs against a sanitized copy of the core installed into its own venv; the in-tree
+# build used by the other venvs is left alone.
+sanitize: native-test $(SAN_VENV)/.venv-ready
+	tools/sanitize.sh $(SAN_VENV) $(PYTEST_ARGS)
+
+# libFuzzer targets need clang with its runtime (apt-get install clang libclang-rt-dev, or
+# clang-14 libclang-rt-14-dev); without it they run under a gcc driver (same sanitizers, not
+# coverage-guided). The Python targets use atheris, installed into the test venv.
+fuzz: venv-test
+	@$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q atheris \
+	  || echo "make fuzz: atheris did not install; the Python targets will be skipped" >&2
+	fuzz/run.sh -t $(FUZZ_SECONDS) -p $(TEST_VENV)/bin/python
+
+soak: venv-test
+	INFINIGRAM_SOAK_SECONDS=$(SOAK_SECONDS) $(TEST_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/test_load.py $(PYTEST_ARGS)
+
 clean:
 	rm -rf build dist *.egg-info infinigram_hf/_core.c infinigram_hf/_core*.so \
-	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV)
+	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV) $(SAN_VENV)
 	find . -name __pycache__ -type d -not -path './.venv*' -prune -exec rm -rf {} +

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build and run the C tests (native/tests/test_*.c) with AddressSanitizer and
+# UndefinedBehaviorSanitizer (`make native-test`). Each test is linked with all of the engine's
+# sources; CC (default gcc) and SANITIZE (default address,undefined; empty = none) may be set.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+CC=${CC:-gcc}
+SANITIZE=${SANITIZE-address,undefined}
+OUT=${OUT:-build/native-tests}
+mkdir -p "$OUT"
+FLAGS=(-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src -Ifuzz -fno-omit-frame-pointer)
+[ -n "$SANITIZE" ] && FLAGS+=("-fsanitize=$SANITIZE" -fno-sanitize-recover=undefined)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+failed=0
+for test in native/tests/test_*.c; do
+    name=$(basename "${test%.c}")
+    $CC "${FLAGS[@]}" "$test" native/src/*.c -lm -o "$OUT/$name"
+    start=$(date +%s)
+    if "$OUT/$name"; then
+        echo "native/tests/run.sh: $name passed ($(( $(date +%s) - start )) s, $CC -fsanitize=${SANITIZE:-none})"
+    else
+        echo "native/tests/run.sh: $name FAILED" >&2
+        failed=1
+    fi
+done
+exit $failed

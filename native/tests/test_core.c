@@ -1,0 +1,335 @@
+/* test_core.c - C-level tests of the engine, meant to run under AddressSanitizer and
+ * UndefinedBehaviorSanitizer (native/tests/run.sh, `make native-test`):
+ *
+ *  - every query type against brute force on small corpora (widths 1, 2, 4; one and three shards);
+ *  - batches and decoding states against the single calls, for several thread counts;
+ *  - hostile arguments: NULLs, negative and huge lengths, forged states and offsets, NaN options
+ *    (including the cases fuzzing found, see fuzz/regressions/);
+ *  - damaged files: every file of a shard truncated at many sizes and bit-flipped at many
+ *    offsets: opening fails with a message naming the file, or the queries answer without any
+ *    read outside the mappings (the sanitizers watch).
+ *
+ * Exit status 0 when every check passed.
+ */
+#include <math.h>
+
+#include "fz.h"
+#include "infinigram_batch.h"
+#include "infinigram_diff.h"
+#include "infinigram_lm.h"
+#include "infinigram_search.h"
+
+static int failures, checks;
+static char err[1024];
+
+#define CHECK(cond, ...)                                                          \
+    do {                                                                          \
+        checks++;                                                                 \
+        if (!(cond)) {                                                            \
+            failures++;                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+        }                                                                         \
+    } while (0)
+
+/* ------------------------------------------------------------------ queries vs brute force */
+
+static void test_queries(const fz_corpus *c, ig_index *ix) {
+    /* every n-gram (n <= 4) starting at every 3rd position, plus one token changed */
+    uint32_t toks[1024];
+    uint64_t cnts[1024];
+    for (int s = 0; s < c->n_shards; s++) {
+        for (int64_t p = 0; p < c->text_len[s]; p += 3) {
+            for (int64_t len = 0; len <= 4 && p + len <= c->text_len[s]; len++) {
+                uint32_t q[5];
+                memcpy(q, c->text[s] + p, (size_t)len * sizeof *q);
+                if (len && (p & 1)) q[len - 1] = (q[len - 1] + 1) % c->vocab;
+                if (!fz_valid_ids(c, q, len)) break;
+                uint64_t cnt = 0, want = fz_naive_count(c, q, len), total;
+                CHECK(ig_count(ix, q, len, &cnt, err, sizeof err) == IG_OK && cnt == want, "count %llu want %llu",
+                      (unsigned long long)cnt, (unsigned long long)want);
+                int64_t n = 0;
+                int rc = ig_ntd(ix, q, len, toks, cnts, 1024, &n, &total, err, sizeof err);
+                CHECK(rc == IG_OK && total == want, "ntd rc %d", rc);
+                uint64_t sum = 0;
+                for (int64_t i = 0; rc == IG_OK && i < n; i++) {
+                    uint64_t w = len ? fz_naive_count_next(c, q, len, toks[i]) : fz_naive_count(c, &toks[i], 1);
+                    CHECK(cnts[i] == w, "ntd entry");
+                    sum += cnts[i];
+                }
+                CHECK(sum == total, "ntd sum");
+                int64_t sl = -1;
+                ig_infgram_suffix(ix, q, len, &sl, err, sizeof err);
+                CHECK(sl == fz_naive_suffix(c, q, len, len), "suffix");
+            }
+        }
+    }
+    /* dense scoring of whole documents == per-position ∞-gram probabilities */
+    for (int64_t d = 0; d < c->n_docs; d += 5) {
+        const uint32_t *x = c->ids + c->offsets[d];
+        int64_t n = c->offsets[d + 1] - c->offsets[d];
+        uint64_t *num = malloc((size_t)(n + 1) * sizeof *num), *den = malloc((size_t)(n + 1) * sizeof *den);
+        int64_t *sl = malloc((size_t)(n + 1) * sizeof *sl);
+        CHECK(ig_score(ix, x, n, num, den, sl, NULL, err, sizeof err) == IG_OK, "score");
+        for (int64_t i = 0; i < n; i++) {
+            ig_prob p;
+            ig_infgram_prob(ix, x, i, x[i], &p, err, sizeof err);
+            CHECK(p.count == num[i] && p.prompt_count == den[i] && p.suffix_len == sl[i], "score position");
+        }
+        free(num);
+        free(den);
+        free(sl);
+    }
+}
+
+/* ------------------------------------------------------------------ batches and states */
+
+static void test_batches(const fz_corpus *c, ig_index *ix) {
+    int64_t n = c->n_docs < 16 ? c->n_docs : 16;
+    const int64_t *offsets = c->offsets;
+    uint64_t base[16], other[16];
+    CHECK(ig_count_batch(ix, c->ids, c->offsets[c->n_docs], offsets, n, base, 1, err, sizeof err) == IG_OK, "%s", err);
+    for (int t = 0; t <= 8; t += 2) {
+        CHECK(ig_count_batch(ix, c->ids, c->offsets[c->n_docs], offsets, n, other, t, err, sizeof err) == IG_OK, "%s",
+              err);
+        CHECK(!memcmp(base, other, (size_t)n * sizeof *base), "count_batch threads %d", t);
+    }
+    for (int64_t i = 0; i < n; i++)
+        CHECK(base[i] == fz_naive_count(c, c->ids + offsets[i], offsets[i + 1] - offsets[i]), "count_batch row");
+    /* distributions of a batch with sampling: every row's counts add up to its total */
+    for (int64_t support = 0; support <= 4; support += 2) {
+        ig_ntd_batch *b = NULL;
+        uint32_t *q = malloc(3 * (size_t)n * sizeof *q);
+        int64_t off[49];
+        off[0] = 0;
+        for (int64_t i = 0; i < 3 * n; i++) { /* 1-token contexts: frequent, so sampled */
+            q[i] = (uint32_t)(i % 4) % c->vocab;
+            off[i + 1] = i + 1;
+        }
+        CHECK(ig_ntd_batch_run(ix, q, 3 * n, off, 3 * n, IG_NTD_NGRAM, support, 2, &b, err, sizeof err) == IG_OK, "%s",
+              err);
+        int64_t e = ig_ntd_batch_entries(b), ro[49];
+        uint32_t *tk = malloc((size_t)(e + 1) * sizeof *tk);
+        uint64_t *ct = malloc((size_t)(e + 1) * sizeof *ct), tot[48];
+        CHECK(ig_ntd_batch_copy(b, ro, tk, ct, e, NULL, tot, NULL, NULL, err, sizeof err) == IG_OK, "%s", err);
+        for (int64_t i = 0; i < 3 * n; i++) {
+            uint64_t sum = 0;
+            for (int64_t j = ro[i]; j < ro[i + 1]; j++) sum += ct[j];
+            CHECK(sum == tot[i], "row %lld sums to %llu, total %llu (max_support %lld)", (long long)i,
+                  (unsigned long long)sum, (unsigned long long)tot[i], (long long)support);
+        }
+        free(tk);
+        free(ct);
+        free(q);
+        ig_ntd_batch_free(b);
+    }
+    /* a state extended token by token == the state of the whole context */
+    int64_t size = ig_state_size(ix), st[8], whole[8];
+    for (int64_t d = 0; d < c->n_docs; d += 7) {
+        const uint32_t *x = c->ids + c->offsets[d];
+        int64_t len = c->offsets[d + 1] - c->offsets[d];
+        ig_state_init(ix, x, 0, st, err, sizeof err);
+        for (int64_t i = 1; i <= len; i++) CHECK(ig_state_extend(ix, st, x, i, st, err, sizeof err) == IG_OK, "%s", err);
+        ig_state_init(ix, x, len, whole, err, sizeof err);
+        CHECK(!memcmp(st, whole, (size_t)size * sizeof *st), "extended state differs");
+    }
+}
+
+/* ------------------------------------------------------------------ hostile arguments */
+
+static void test_arguments(const fz_corpus *c, ig_index *ix) {
+    uint32_t q[4] = {0, 1, c->vocab, c->sep};
+    uint64_t cnt;
+    int64_t n, lo[4], hi[4];
+    CHECK(ig_count(ix, q, -1, &cnt, err, sizeof err) == IG_ERR_ARG, "negative length");
+    CHECK(ig_count(ix, NULL, 3, &cnt, err, sizeof err) == IG_ERR_ARG, "NULL ids");
+    CHECK(ig_count(ix, q, 3, &cnt, err, sizeof err) == IG_ERR_ARG && strstr(err, "outside"), "id == vocab: %s", err);
+    CHECK(ig_count(ix, q + 3, 1, &cnt, err, sizeof err) == IG_ERR_ARG && strstr(err, "separator"), "separator: %s", err);
+    CHECK(ig_count(NULL, q, 1, &cnt, err, sizeof err) == IG_ERR_ARG, "closed index");
+    CHECK(ig_count_fast(ix, q, INT64_MIN) < 0 && ig_count_fast(ix, q + 2, 1) < 0, "count_fast");
+    CHECK(ig_find(ix, q, -5, lo, hi, err, sizeof err) == IG_ERR_ARG, "find");
+    uint32_t toks[2];
+    uint64_t cnts[2], total;
+    CHECK(ig_ntd(ix, q, 0, toks, cnts, 1, &n, &total, err, sizeof err) == IG_ERR_CAPACITY && n > 1, "ntd capacity");
+    /* batches: offsets outside the values, decreasing, negative counts */
+    int64_t off[3] = {0, 5, 2}, off2[3] = {-1, 0, 1}, off3[2] = {0, INT64_MAX};
+    uint64_t out[2];
+    CHECK(ig_count_batch(ix, q, 2, off, 2, out, 1, err, sizeof err) == IG_ERR_ARG, "offsets beyond values");
+    CHECK(ig_count_batch(ix, q, 2, off2, 2, out, 1, err, sizeof err) == IG_ERR_ARG, "negative offset");
+    CHECK(ig_count_batch(ix, q, 2, off3, 1, out, 1, err, sizeof err) == IG_ERR_ARG, "huge offset");
+    CHECK(ig_count_batch(ix, q, 2, off, -1, out, 1, err, sizeof err) == IG_ERR_ARG, "negative n");
+    ig_ntd_batch *b = NULL;
+    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, 7, 0, 1, &b, err, sizeof err) == IG_ERR_ARG && !b, "ntd mode");
+    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, IG_NTD_NGRAM, -1, 1, &b, err, sizeof err) == IG_ERR_ARG, "max_support");
+    /* forged decoding states (fuzz/regressions/query/ubsan-forged-state-suffix-len) */
+    int64_t size = ig_state_size(ix), st[8], o[8];
+    ig_prob p;
+    ig_state_init(ix, q, 2, st, err, sizeof err);
+    int64_t forged[][2] = {{0, INT64_MAX}, {0, -1}, {0, IG_MAX_SHARD_TOKENS + 1}, {1, -1}, {1, INT64_MAX},
+                           {2, -1}, {3, INT64_MAX}, {2, INT64_MIN}};
+    for (size_t k = 0; k < sizeof forged / sizeof *forged; k++) {
+        memcpy(o, st, (size_t)size * sizeof *st);
+        o[forged[k][0]] = forged[k][1];
+        CHECK(ig_state_prob(ix, o, 0, &p, err, sizeof err) == IG_ERR_ARG, "forged state %zu", k);
+        CHECK(ig_state_extend(ix, o, q, 2, o, err, sizeof err) == IG_ERR_ARG, "forged state extend %zu", k);
+    }
+    CHECK(ig_state_extend(ix, st, q, 0, o, err, sizeof err) == IG_ERR_ARG, "extend with no token");
+    /* document search: forged offsets and distances (fuzz/regressions/query/ubsan-term-offset-overflow,
+       ubsan-max-diff-tokens-overflow) */
+    uint32_t ids[3] = {0, 1, 0};
+    int64_t toff[3] = {0, 2, 3}, bad_toff[3] = {0, INT64_MIN, 3}, coff[3] = {0, 1, 2}, docs[64], nd;
+    ig_search_opts so = {1000, INT64_MAX, 1, IG_SEARCH_CHECK_AUTO};
+    ig_search_stats stats;
+    CHECK(ig_search_docs(ix, ids, bad_toff, 2, coff, 2, &so, docs, 64, &nd, &stats, err, sizeof err) == IG_ERR_ARG,
+          "term offsets");
+    CHECK(ig_search_docs(ix, ids, toff, 2, coff, 2, &so, docs, 64, &nd, &stats, err, sizeof err) == IG_OK, "%s", err);
+    uint64_t far = stats.num_matches;
+    so.max_diff_tokens = -1;
+    CHECK(ig_search_docs(ix, ids, toff, 2, coff, 2, &so, docs, 64, &nd, &stats, err, sizeof err) == IG_OK &&
+          stats.num_matches == far, "an unbounded distance == no distance");
+    so.max_diff_tokens = -2;
+    CHECK(ig_search_docs(ix, ids, toff, 2, coff, 2, &so, docs, 64, &nd, &stats, err, sizeof err) == IG_ERR_ARG, "-2");
+    so.max_diff_tokens = -1;
+    so.max_clause_freq = 0;
+    CHECK(ig_search_docs(ix, ids, toff, 2, coff, 2, &so, docs, 64, &nd, &stats, err, sizeof err) == IG_ERR_ARG, "freq");
+    /* the LM: cache sizes and options (fuzz/regressions/query/ubsan-lm-cache-entries-overflow,
+       nan-backoff-decay-above-1) */
+    ig_lm *lm = NULL;
+    CHECK(ig_lm_new(&lm, ix, 8, INT64_MAX, err, sizeof err) == IG_ERR_ARG && !lm, "cache_entries");
+    CHECK(ig_lm_new(&lm, ix, (1 << 20) + 1, 0, err, sizeof err) == IG_ERR_ARG, "max_context");
+    CHECK(ig_lm_new(&lm, ix, 8, 1000, err, sizeof err) == IG_OK, "%s", err);
+    double prob[4];
+    ig_lm_config cfg = {IG_LM_BACKOFF, 8, 1, 0, 1e300, 0, {0}};
+    CHECK(ig_lm_score(lm, &cfg, q, 2, prob, NULL, NULL, err, sizeof err) == IG_ERR_ARG, "decay 1e300");
+    cfg.decay = NAN;
+    CHECK(ig_lm_score(lm, &cfg, q, 2, prob, NULL, NULL, err, sizeof err) == IG_ERR_ARG, "decay NaN");
+    cfg.decay = 1.0;
+    CHECK(ig_lm_score(lm, &cfg, q, 2, prob, NULL, NULL, err, sizeof err) == IG_OK, "decay 1: %s", err);
+    cfg.floor = NAN;
+    CHECK(ig_lm_score(lm, &cfg, q, 2, prob, NULL, NULL, err, sizeof err) == IG_ERR_ARG, "floor NaN");
+    cfg.floor = 0;
+    cfg.max_context = 9;
+    CHECK(ig_lm_score(lm, &cfg, q, 2, prob, NULL, NULL, err, sizeof err) == IG_ERR_ARG, "max_context above handle");
+    ig_lm_free(lm);
+}
+
+/* ------------------------------------------------------------------ damaged files */
+
+static void copy_file(const char *from, const char *to, size_t keep, long flip) {
+    FILE *f = fopen(from, "rb");
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n + 1);
+    if (fread(p, 1, n, f) != n) abort();
+    fclose(f);
+    if (flip >= 0 && (size_t)(flip / 8) < n) p[flip / 8] ^= (uint8_t)(1u << (flip % 8));
+    f = fopen(to, "wb");
+    fwrite(p, 1, keep < n ? keep : n, f);
+    fclose(f);
+    free(p);
+}
+
+static size_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
+}
+
+/* Queries that touch every code path reading the files. */
+static void query_damaged(ig_index *ix) {
+    ig_info info;
+    ig_get_info(ix, &info); /* (a damaged header may have changed the vocabulary) */
+    uint32_t vocab = info.vocab_size, q[3] = {0, 1 % vocab, 2 % vocab}, toks[512];
+    uint64_t cnts[512], total, cnt, num[3], den[3];
+    int64_t n, sl[3], len;
+    for (int64_t l = 0; l <= 3; l++) {
+        ig_count(ix, q, l, &cnt, err, sizeof err);
+        ig_ntd(ix, q, l, toks, cnts, 512, &n, &total, err, sizeof err);
+        ig_infgram_suffix(ix, q, l, &n, err, sizeof err);
+    }
+    ig_score(ix, q, 3, num, den, sl, NULL, err, sizeof err);
+    for (int64_t d = 0; d < 8; d++) ig_get_doc(ix, 0, d, toks, 512, &len, err, sizeof err);
+    int64_t term_off[2] = {0, 2}, clause_off[2] = {0, 1}, docs[8];
+    ig_search_opts so = {100, -1, 1, 0};
+    ig_search_stats stats;
+    ig_search_docs(ix, q, term_off, 1, clause_off, 1, &so, docs, 8, &n, &stats, err, sizeof err);
+    ig_lm *lm;
+    if (vocab <= (1u << 20) && ig_lm_new(&lm, ix, 4, 0, err, sizeof err) == IG_OK) {
+        double *dist = malloc(((size_t)vocab + 1) * sizeof *dist), prob[3];
+        ig_lm_config cfg = {IG_LM_INFGRAM, 4, 1, 0, 0.5, 0, {0}};
+        ig_lm_score(lm, &cfg, q, 3, prob, NULL, NULL, err, sizeof err);
+        ig_lm_distribution(lm, &cfg, q, 1, dist, err, sizeof err);
+        free(dist);
+        ig_lm_free(lm);
+    }
+}
+
+static void test_damaged_files(const fz_corpus *c) {
+    static const char *const names[] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
+    char dir[4096], src[4200], dst[4200];
+    snprintf(dir, sizeof dir, "%s/damaged", fz_tmpdir());
+    mkdir(dir, 0700);
+    int opened = 0, refused = 0;
+    for (int k = 0; k < 5; k++) {
+        snprintf(src, sizeof src, "%s/%s", c->dirs[0], names[k]);
+        size_t size = file_size(src);
+        if (!size) continue;
+        /* sizes: every header byte, then spread over the body; bit flips likewise */
+        for (long v = 0; v < 2 * (long)size + 200; v += v < 80 ? 1 : 1 + v / 6) {
+            int truncate = v % 2 == 0;
+            for (int j = 0; j < 5; j++) {
+                char a[4200], b[4200];
+                snprintf(a, sizeof a, "%s/%s", c->dirs[0], names[j]);
+                snprintf(b, sizeof b, "%s/%s", dir, names[j]);
+                if (j != k) copy_file(a, b, (size_t)-1, -1);
+            }
+            snprintf(dst, sizeof dst, "%s/%s", dir, names[k]);
+            if (truncate) copy_file(src, dst, (size_t)v / 2 < size ? (size_t)v / 2 : size - 1, -1);
+            else copy_file(src, dst, (size_t)-1, v * 8 / 2 + v % 8);
+            const char *dp[1] = {dir};
+            ig_index *ix = NULL;
+            int rc = ig_open(&ix, dp, 1, err, sizeof err);
+            if (rc == IG_OK) {
+                CHECK(!truncate, "%s truncated to %ld bytes opened", names[k], v / 2);
+                query_damaged(ix);
+                ig_close(ix);
+                opened++;
+            } else {
+                CHECK(rc == IG_ERR_FORMAT || rc == IG_ERR_IO, "rc %d", rc);
+                CHECK(strstr(err, names[k]) != NULL, "message does not name %s: %s", names[k], err);
+                refused++;
+            }
+        }
+    }
+    printf("  damaged files: %d opened (content changes, queries ran), %d refused with the file named\n", opened,
+           refused);
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(void) {
+    struct {
+        int width;
+        uint32_t vocab;
+        int shards;
+        int64_t ntd_cost;
+    } cases[] = {{1, 7, 1, 2}, {2, 300, 3, 0}, {4, 70000, 2, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        fz_corpus c;
+        char name[32];
+        fz_corpus_make(&c, cases[k].width, cases[k].vocab, 30, 50, cases[k].shards, 99 + k);
+        snprintf(name, sizeof name, "case%zu", k);
+        ig_index *ix = NULL;
+        if (fz_corpus_write(&c, fz_tmpdir(), name, cases[k].ntd_cost) || fz_corpus_open(&c, &ix)) return 2;
+        printf("corpus %zu: width %d, vocab %u, %d shards\n", k, cases[k].width, cases[k].vocab, cases[k].shards);
+        test_queries(&c, ix);
+        test_batches(&c, ix);
+        test_arguments(&c, ix);
+        ig_close(ix);
+        if (k != 1) test_damaged_files(&c);
+        fz_corpus_free(&c);
+    }
+    printf("test_core: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Run the test suite against a build of the C core with AddressSanitizer and
+# UndefinedBehaviorSanitizer (gcc or clang; the default is gcc, which needs no extra packages).
+#
+#   tools/sanitize.sh VENV [pytest arguments...]      (make sanitize does this)
+#
+# The sanitized core is built from a copy of the sources (build/sanitize/src) and installed
+# non-editable into VENV, so the in-tree extension used by the other virtualenvs is never
+# replaced. pytest runs from an empty directory with PYTHONSAFEPATH=1, so that neither it nor the
+# child processes the tests start (python -c ...) can import the in-tree package instead. The
+# sanitizer runtime is preloaded into python (it must come first); leaks are not checked
+# (CPython keeps objects alive on purpose), everything else aborts the process.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=$(cd "$1" && pwd)
+shift
+CC=${CC:-gcc}
+export CC
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+[ -n "${CI:-}" ] && PIP+=(--progress-bar off)
+
+RUNTIME=$($CC -print-file-name=libasan.so)
+if [ ! -e "$RUNTIME" ]; then
+    echo "tools/sanitize.sh: $CC has no AddressSanitizer runtime (libasan.so); install it (e.g. apt-get install libasan8)" >&2
+    exit 1
+fi
+
+# 1. the sources, copied (a fresh copy each time: the build below sees exactly the tree's state)
+SRC=$ROOT/build/sanitize/src
+rm -rf "$ROOT/build/sanitize"
+mkdir -p "$SRC" "$ROOT/build/sanitize/run"
+(cd "$ROOT" && cp -r infinigram_hf native docs setup.py pyproject.toml MANIFEST.in README.md LICENSE "$SRC/")
+find "$SRC" \( -name '*.so' -o -name '_core.c' \) -delete
+find "$SRC" -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# 2. build it with the sanitizers and install it into VENV (dependencies once, on first use)
+export INFINIGRAM_CFLAGS="-O1 -g -std=c99 -D_GNU_SOURCE -fvisibility=hidden -fno-omit-frame-pointer -fno-wrapv \
+-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+export INFINIGRAM_LDFLAGS="-fsanitize=address,undefined"
+"${PIP[@]}" install "setuptools>=77" wheel "cffi>=1.16"
+if [ ! -e "$VENV/.sanitize-deps" ]; then
+    "${PIP[@]}" install --no-build-isolation "$SRC[test]"
+    touch "$VENV/.sanitize-deps"
+fi
+"${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall "$SRC"
+
+# 3. run the suite with the runtime preloaded
+export LD_PRELOAD=$RUNTIME
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export PYTHONSAFEPATH=1
+cd "$ROOT/build/sanitize/run"
+"$VENV/bin/python" - <<'EOF'
+import infinigram_hf, infinigram_hf._core as core
+assert "site-packages" in infinigram_hf.__file__, f"imported the in-tree package: {infinigram_hf.__file__}"
+maps = open("/proc/self/maps").read()
+assert "libasan" in maps, "the AddressSanitizer runtime is not loaded"
+print(f"tools/sanitize.sh: {core.__file__} (ASan + UBSan)")
+EOF
+# pytest arguments that name files of the repository are made absolute (we run elsewhere)
+args=()
+paths=0
+for a in "$@"; do
+    if [ "${a#-}" = "$a" ] && [ -e "$ROOT/${a%%::*}" ]; then args+=("$ROOT/$a"); paths=1; else args+=("$a"); fi
+done
+[ $paths -eq 1 ] || args+=("$ROOT/tests")
+rc=0
+"$VENV/bin/python" -m pytest -p no:cacheprovider -c "$ROOT/pyproject.toml" --rootdir "$ROOT" "${args[@]}" || rc=$?
+if [ $rc -eq 5 ]; then echo "tools/sanitize.sh: pytest collected no tests" >&2; fi
+exit $rc
