@@ -286,6 +286,13 @@ class InfiniGramLM:
         """(raw, cont, types): raw[n-1, k-1] = n-grams seen exactly k times, cont[n-1, k-1] =
         n-grams g with N1+(. g) = k, types[n-1] = distinct n-grams; n = 1..max_n. One pass over
         the suffix array (O(tokens * max_n)); cached for the largest max_n asked so far."""
+        # checked before allocating max_n * kmax counters (the core caps max_n at 4096)
+        for name, v, hi in (("max_n", max_n, 4096), ("kmax", kmax, 1 << 20)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+                raise ValueError(f"{name} must be an int in [1, {hi}], got {v!r}")
+        if max_n * kmax > 1 << 22:
+            raise ValueError(f"max_n * kmax must be at most {1 << 22}, got {max_n} * {kmax}")
+        max_n, kmax = int(max_n), int(kmax)
         if self._coc is None or self._coc[0] < max_n or self._coc[1].shape[1] < kmax:
             raw = np.zeros((max_n, kmax), dtype=np.uint64)
             cont = np.zeros((max_n, kmax), dtype=np.uint64)
