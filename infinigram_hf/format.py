@@ -70,8 +70,8 @@ def read_meta(index_dir: Path) -> dict[str, Any]:
         raise IndexFormatError(f"{path}: {size} bytes is too large for index metadata")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IndexFormatError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, ints past the digit limit, deep nesting
+        raise IndexFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
     except OSError as exc:  # a directory, unreadable, ...
         raise IndexFormatError(f"{path}: cannot be read ({exc.strerror})") from None
     if not isinstance(meta, dict):
@@ -161,7 +161,7 @@ class DocMetadata:
         line = os.pread(self._fd, end - start, start)  # no shared file position: thread-safe
         try:
             value = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (ValueError, RecursionError):  # (JSON, UTF-8, ints past the digit limit, deep nesting)
             raise IndexFormatError(f"{self.path}: line {doc + 1} is not valid JSON") from None
         return value if isinstance(value, dict) else {"value": value}
 

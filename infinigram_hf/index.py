@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from . import format as fmt
+from ._containment import check_contained
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import IndexFormatError, InfiniGramError
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
@@ -146,6 +147,8 @@ class InfiniGramIndex:
         paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
         if not paths:
             raise ValueError("no index path given")
+        for p in paths:  # no file outside the index directory is ever opened (links included)
+            check_contained(p)
         metas = [fmt.read_meta(p) for p in paths]
         first = metas[0]
         for p, m in zip(paths[1:], metas[1:]):
