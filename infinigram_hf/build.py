@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from . import format as fmt
 from . import tokenization as tk
+from ._atomic import exchange
 from ._native import lib
 from ._shard_writer import ShardWriter
 from .index import InfiniGramIndex
@@ -68,14 +69,18 @@ def _alive(pid: int) -> bool:
 
 
 def clean_stale_builds(out_dir: Path) -> List[Path]:
-    """Remove temporary directories left next to out_dir by builds that were killed."""
+    """Remove temporary directories left next to out_dir by builds that were killed. An index a
+    killed build had moved aside (".old-") while out_dir is missing is put back, not removed."""
     removed = []
     parent = out_dir.parent
     if not parent.is_dir():
         return removed
-    for entry in parent.iterdir():
+    for entry in sorted(parent.iterdir()):
         m = _TMP_RE.match(entry.name)
         if m and m.group("name") == out_dir.name and not _alive(int(m.group("pid"))):
+            if ".old-" in entry.name and not os.path.lexists(out_dir):
+                os.rename(entry, out_dir)  # killed between its two renames: the old index is whole
+                continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -191,10 +196,10 @@ def build_index(
             more (file ntdcache.bin, a few % of the index); 0 turns it off.
     """
     out = Path(out_dir).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_builds(out)  # first: it may put back an index a killed build had moved aside
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_builds(out)
 
     pretokenized_only = tokenizer is None and vocab_size is not None
     tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
@@ -342,6 +347,10 @@ def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
     if out.exists():
         if not overwrite:
             raise FileExistsError(f"{out} appeared while building; not replacing it")
+        if exchange(tmp, out):  # one atomic step: readers find the old index or the new one
+            _fsync_dir(out.parent)
+            shutil.rmtree(tmp, ignore_errors=True)  # (now the old index; a kill here leaves a stale tmp)
+            return
         old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(out, old)
     try:

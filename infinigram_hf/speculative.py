@@ -58,7 +58,8 @@ class SpeculativeStats:
     steps: verification forward passes (the prompt's prefill excluded).
     row_steps: per row, the steps it took part in; generated: per row, tokens it produced.
     drafted / accepted: draft tokens proposed (tree: nodes) and kept, over all rows.
-    draft_seconds / model_seconds / total_seconds: time in the drafter, in forward passes, in all.
+    draft_seconds / model_seconds / total_seconds: time in the drafter (and the loop's per-row
+    bookkeeping), in forward passes, in all.
     """
 
     steps: int
@@ -239,8 +240,8 @@ class _Loop:
             t0 = time.perf_counter()
             plans = [self._plan(b) for b in active]
             if not self.tree:  # one width for the step: a batch pays for its longest draft
-                w = self.drafter.step_width([self.rows[b] for b in active], [p for p, _ in plans])
-                plans = [(p, n) if n <= w else (_cut(p, w), w) for p, n in plans]
+                w = self.drafter.step_width([self.rows[b] for b in active], [d for d, _ in plans])
+                plans = [(d, n) if n <= w else (_cut(d, w), w) for d, n in plans]
             t_draft += time.perf_counter() - t0
             chunk, pos, parents, q = self._chunk(active, plans)
             t0 = time.perf_counter()
