@@ -3,10 +3,8 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import array
-import itertools
 import os
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, os.PathLike]
 _EMPTY = np.zeros(0, dtype=np.uint32)
+_OPEN_ATTEMPTS = 20
 
 
 _U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
@@ -66,31 +65,41 @@ def _token(token: Any) -> np.ndarray:
 
 
 class _Query:
-    """Guard of one query (``with index._handle() as ix``): close() waits until it is done.
+    """Guard of one query (``with index._handle() as ix``): holds a reference to the C handle
+    for as long as the query runs.
 
-    Lock-free on purpose (a query costs a few µs): the query registers its key *then* reads the
-    handle; close() clears the handle *then* waits for the registered keys. Both steps are
-    atomic under the GIL, so a query either sees the handle cleared (and raises) or is waited
-    for.
+    The handle is an ``ffi.gc`` object whose last reference frees it (``ig_close``): close()
+    drops the index's own reference, so queries already running in other threads finish on
+    the mapped files and the last of them unmaps them. Nothing has to be undone when an
+    exception lands anywhere in a query -- a KeyboardInterrupt between two bytecodes included
+    -- because a frame's references go away with it. (An earlier version registered each
+    query in a set that close() waited on; an interrupt landing between registering and the
+    ``try`` left a key behind and close() then waited forever.)
     """
 
-    __slots__ = ("_owner", "_key")
+    __slots__ = ("_owner", "_ix")
 
     def __init__(self, owner: "InfiniGramIndex"):
         self._owner = owner
 
     def __enter__(self) -> Any:
-        o = self._owner
-        self._key = key = next(o._seq)
-        o._running.add(key)
-        ix = o._ix
+        ix = self._ix = self._owner._ix
         if ix is None:
-            o._running.discard(key)
             raise InfiniGramError("the index is closed")
         return ix
 
     def __exit__(self, *exc: Any) -> None:
-        self._owner._running.discard(self._key)
+        self._ix = None
+
+
+def _identity(path: Path) -> Optional[tuple]:
+    """What changes when an index directory is replaced (build_index(..., overwrite=True)):
+    the inodes of the directory and of its meta.json, and meta.json's time and size."""
+    try:
+        d, m = os.stat(path), os.stat(Path(path) / fmt.META_FILE)
+    except OSError:
+        return None
+    return d.st_dev, d.st_ino, m.st_ino, m.st_mtime_ns, m.st_size
 
 
 class InfiniGramIndex:
@@ -115,13 +124,11 @@ class InfiniGramIndex:
         out = ffi.new("ig_index **")
         err = err_buffer()
         check(lib.ig_open(out, arr, len(c_dirs), err, len(err)), err)
-        self._ix = out[0]
+        self._ix = ffi.gc(out[0], lib.ig_close)  # freed with its last reference (see _Query)
         info = ffi.new("ig_info *")
         lib.ig_get_info(self._ix, info)
         self._info = info
         self._lock = threading.Lock()  # serializes close()
-        self._seq = itertools.count()
-        self._running: set[int] = set()  # keys of queries holding the handle (see _Query)
         self._check_against_meta()
         self._shard_docs = np.zeros(len(shard_dirs) + 1, dtype=np.int64)
         for i in range(len(shard_dirs)):
@@ -147,6 +154,24 @@ class InfiniGramIndex:
         paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
         if not paths:
             raise ValueError("no index path given")
+        # A directory replaced while it is being opened (build_index(..., overwrite=True) in
+        # another process) could give meta.json of one build and shard files of the other:
+        # opening again when the directory changed meanwhile gives one whole index, old or new.
+        for attempt in range(_OPEN_ATTEMPTS):
+            before = [_identity(p) for p in paths]
+            try:
+                index = cls._open_once(paths)
+            except InfiniGramError:
+                if attempt + 1 < _OPEN_ATTEMPTS and [_identity(p) for p in paths] != before:
+                    continue
+                raise
+            if [_identity(p) for p in paths] == before:
+                return index
+            index.close()
+        raise InfiniGramError(f"{paths[0]}: replaced {_OPEN_ATTEMPTS} times while being opened")
+
+    @classmethod
+    def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":
         for p in paths:  # no file outside the index directory is ever opened (links included)
             check_contained(p)
         metas = [fmt.read_meta(p) for p in paths]
@@ -176,15 +201,15 @@ class InfiniGramIndex:
                 f"the shard files hold {info.num_tokens} / {info.num_docs}")
 
     def close(self) -> None:
-        """Unmap the files; waits for queries running in other threads. Idempotent."""
+        """Close the index: queries started from now on raise; queries already running in
+        other threads finish, and the files are unmapped when the last of them returns.
+        Idempotent."""
         with self._lock:
-            ix, self._ix = self._ix, None  # queries starting from now raise
-            while self._running:  # queries already running finish first
-                time.sleep(0.0005)
+            ix, self._ix = self._ix, None
             if ix is not None:
-                lib.ig_close(ix)
                 for d in self._docmeta if hasattr(self, "_docmeta") else []:
                     d.close()
+            del ix  # (ig_close runs now, or when the last running query drops its reference)
 
     def __enter__(self) -> "InfiniGramIndex":
         return self
@@ -273,13 +298,9 @@ class InfiniGramIndex:
             except (OverflowError, TypeError):
                 buf = None
             if buf is not None:
-                key = next(self._seq)  # the _Query protocol, inlined
-                self._running.add(key)
-                try:
-                    ix = self._ix
-                    c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
-                finally:
-                    self._running.discard(key)
+                ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
+                c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
+                del ix
                 if c >= 0:
                     return int(c)
         q = as_ids(ids)
