@@ -1,5 +1,5 @@
-"""Atomic publishing: a build that is killed or fails leaves nothing at out_dir, never damages an
-index it was to replace, and the next build cleans up after it."""
+"""Atomic publishing: a build that is killed, fails, or runs out of disk space leaves nothing at
+out_dir, never damages an index it was to replace, and the next build cleans up after it."""
 from __future__ import annotations
 
 import os
@@ -141,3 +141,104 @@ def test_read_only_target_directory_gives_a_clear_error(tmp_path) -> None:
     finally:
         if parent.is_relative_to(tmp_path):
             parent.chmod(0o755)
+
+
+# ---------------------------------------------------------------------------- out of disk space
+
+# Runs in a child: a small index first, then a corpus too big for the room the filesystem (a
+# small tmpfs it mounts: ENOSPC) or the file-size limit (RLIMIT_FSIZE: EFBIG) leaves, as a
+# rebuild over the small index and as a new index; then the room is made and the build reruns.
+DISK_FULL = textwrap.dedent("""
+    import os, resource, signal, subprocess, sys
+    from pathlib import Path
+    import numpy as np
+    from infinigram_hf import InfiniGramIndex, InfiniGramError
+    from infinigram_hf.build import build_index
+
+    mode, root = sys.argv[1], Path(sys.argv[2])
+    big = [np.random.default_rng(d).integers(0, 50000, size=3000) for d in range(500)]  # 1.5M tokens, ~8 MB
+    small = [[1, 2, 3], [3, 2, 1]]
+    if mode == "tmpfs":
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(root)], capture_output=True, text=True)
+        if r.returncode:
+            print("cannot mount a tmpfs:", r.stderr.strip() or r.returncode, flush=True)
+            sys.exit(77)
+        expected = "No space left on device"
+    else:
+        expected = "File too large"
+
+    def files(path):
+        return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+    try:
+        build_index(small, root / "ix", vocab_size=50000, progress=False).close()
+        before = files(root / "ix")
+        if mode == "fsize":
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+            hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+        for target, overwrite in ((root / "ix", True), (root / "new", False)):
+            try:
+                build_index(big, target, vocab_size=50000, overwrite=overwrite, progress=False)
+            except (InfiniGramError, OSError) as exc:
+                msg = str(exc)
+                assert expected in msg, f"unclear error: {type(exc).__name__}: {msg}"
+                print("error:", type(exc).__name__, msg, flush=True)
+            else:
+                raise AssertionError(f"building {target} did not run out of room")
+            assert sorted(p.name for p in root.iterdir()) == ["ix"], sorted(p.name for p in root.iterdir())
+            assert files(root / "ix") == before, "the existing index was changed"
+            with InfiniGramIndex.open(root / "ix") as ix:
+                assert ix.count([2]) == 2
+        # with room again, the same build succeeds over the old index
+        if mode == "tmpfs":
+            subprocess.run(["mount", "-o", "remount,size=64m", str(root)], check=True)
+        else:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+        with build_index(big, root / "ix", vocab_size=50000, overwrite=True, progress=False) as ix:
+            assert ix.num_tokens == 1_500_000 and ix.count(big[7][:5].tolist()) >= 1
+        assert sorted(p.name for p in root.iterdir()) == ["ix"]
+        print("rerun: ok", flush=True)
+    finally:
+        if mode == "tmpfs":
+            subprocess.run(["umount", "-l", str(root)])
+""")
+
+
+def _run_disk_full(tmp_path: Path, mode: str, prefix: list) -> subprocess.CompletedProcess:
+    (tmp_path / "disk_full.py").write_text(DISK_FULL)
+    root = tmp_path / "fs"
+    root.mkdir()
+    return subprocess.run(prefix + [sys.executable, str(tmp_path / "disk_full.py"), mode, str(root)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _mount_prefix() -> tuple[list, str]:
+    """How to run a child that may mount a tmpfs: as root directly (prefix []), else in a user
+    and mount namespace of its own (unshare -rm), else not at all (None and why)."""
+    if os.geteuid() == 0:
+        return [], ""
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode == 0:
+        return [unshare, "-rm"], ""
+    return None, "not root, and unshare -rm (user namespaces) is not available"
+
+
+def test_out_of_disk_space_on_a_small_tmpfs(tmp_path) -> None:
+    """ENOSPC from a 2 MiB tmpfs the test mounts: a clear error, nothing at the target, the old
+    index untouched, no temp files; after a remount with room the rerun succeeds."""
+    prefix, why = _mount_prefix()
+    if prefix is None:
+        pytest.skip(f"cannot mount a tmpfs here ({why}); test_out_of_disk_space_file_size_limit covers the path")
+    r = _run_disk_full(tmp_path, "tmpfs", prefix)
+    if r.returncode == 77:
+        pytest.skip(f"{r.stdout.strip()} (no mount permission here); the file-size-limit test covers the path")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("No space left on device") == 2 and "rerun: ok" in r.stdout, r.stdout
+
+
+def test_out_of_disk_space_file_size_limit(tmp_path) -> None:
+    """The same with writes failing EFBIG past RLIMIT_FSIZE (1 MiB): works without privileges."""
+    r = _run_disk_full(tmp_path, "fsize", [])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("File too large") == 2 and "rerun: ok" in r.stdout, r.stdout
