@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from .index import InfiniGramIndex
 
 _U32_MAX = 0xFFFFFFFF
+# Entries (distinct next tokens, summed over rows) one distribution batch may hold by default:
+# a row holds up to vocab_size + 1, so 10^4 short contexts of a 128k vocabulary could ask for
+# 15 GiB. 2^26 entries are 768 MiB in C plus as much in numpy; None lifts the cap.
+DEFAULT_MAX_ENTRIES = 1 << 26
 _U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
 
 
@@ -271,13 +275,22 @@ def _max_support(max_support: Optional[int]) -> int:
     return int(max_support)
 
 
+def _max_entries(max_entries: Optional[int]) -> int:
+    if max_entries is None:
+        return 0
+    if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
+        raise ValueError(f"max_entries must be None (no cap) or an int >= 1, got {max_entries!r}")
+    return int(max_entries)
+
+
 def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, max_support: Optional[int] = None,
               offsets: Any = None, lengths: Any = None, padding_side: str = "right",
-              n_threads: int = 0) -> BatchNextTokenDistributions:
+              n_threads: int = 0, max_entries: Optional[int] = DEFAULT_MAX_ENTRIES) -> BatchNextTokenDistributions:
     """Exact next-token distributions of a batch (∞-gram by default; fixed n with infinite=False).
 
     ``max_support``: None = exact. An int caps the work per row: a context with more occurrences
     (and no precomputed distribution) is sampled, and its row is flagged ``approximate``.
+    ``max_entries``: cap on the result's size (entries over all rows; InfiniGramError past it).
 
     Example:
         >>> d = ntd_batch(index, [[5, 6], [7]])                             # doctest: +SKIP
@@ -289,8 +302,9 @@ def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, 
     err = err_buffer()
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, mode,
-                                  _max_support(max_support), _threads(n_threads), out, err, len(err))
+        rc = lib.ig_ntd_batch_run_capped(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, mode,
+                                         _max_support(max_support), _max_entries(max_entries), _threads(n_threads),
+                                         out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
 

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import numpy as np
 
 from ._native import check, err_buffer, ffi, lib
-from .batch import _max_support, _p, _prob_result, _threads, _tokens, as_batch, collect_ntd_batch
+from .batch import (DEFAULT_MAX_ENTRIES, _max_entries, _max_support, _p, _prob_result, _threads, _tokens, as_batch,
+                    collect_ntd_batch)
 from .results import BatchNextTokenDistributions, BatchProbResult, NextTokenDistribution, ProbResult
 
 if TYPE_CHECKING:
@@ -138,14 +139,15 @@ def states_prob(index: "InfiniGramIndex", states: Any, tokens: Any, *, n_threads
 
 
 def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[int] = None,
-               n_threads: int = 0) -> BatchNextTokenDistributions:
-    """The ∞-gram next-token distributions of the contexts whose states are given (one C call)."""
+               n_threads: int = 0, max_entries: Optional[int] = DEFAULT_MAX_ENTRIES) -> BatchNextTokenDistributions:
+    """The ∞-gram next-token distributions of the contexts whose states are given (one C call;
+    ``max_entries`` caps the result's size as for `infinigram_hf.batch.ntd_batch`)."""
     arr = _stack(index, states)
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_states(ix, _p(arr, "int64_t"), len(arr), _max_support(max_support),
-                                     _threads(n_threads), out, err, len(err))
+        rc = lib.ig_ntd_batch_states_capped(ix, _p(arr, "int64_t"), len(arr), _max_support(max_support),
+                                            _max_entries(max_entries), _threads(n_threads), out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
 

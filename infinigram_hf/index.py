@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 PathLike = Union[str, os.PathLike]
 _EMPTY = np.zeros(0, dtype=np.uint32)
 _OPEN_ATTEMPTS = 20
+MAX_POSITIONS = 1_000_000  # positions() without a limit lists at most this many
 
 
 _U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
@@ -473,8 +474,15 @@ class InfiniGramIndex:
         return int(self._shard_docs[shard] + doc[0]), int(off[0])
 
     def positions(self, ids: Any, limit: Optional[int] = None) -> list[tuple[int, int]]:
-        """(shard, position) of occurrences of the n-gram, up to `limit` of them."""
+        """(shard, position) of occurrences of the n-gram, up to `limit` of them. Without a
+        limit, all of them -- refused (ValueError) for an n-gram with more than MAX_POSITIONS
+        occurrences, which a single call would spend seconds and gigabytes listing."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
+            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
         found = self.find(ids)
+        if limit is None and found.count > MAX_POSITIONS:
+            raise ValueError(f"the n-gram occurs {found.count:,} times, more than MAX_POSITIONS = {MAX_POSITIONS:,}; "
+                             f"pass limit= to list the first ones")
         out: list[tuple[int, int]] = []
         pos = ffi.new("int64_t *")
         err = err_buffer()

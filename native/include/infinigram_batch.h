@@ -65,6 +65,16 @@ int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_value
 /* The same for n decoding states (n * ig_state_size(ix) values). */
 int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
                         int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
+/* The same two with a cap on the batch's size: a row holds up to vocab_size + 1 entries, so a
+   batch of short contexts can ask for rows x vocabulary of them. Once the rows computed hold more
+   than max_entries entries in all, the run stops with IG_ERR_LIMIT (0 = no cap). */
+int ig_ntd_batch_run_capped(const ig_index *ix, const uint32_t *values, int64_t n_values,
+                            const int64_t *offsets, int64_t n, int mode, int64_t max_support,
+                            int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
+                            size_t errlen);
+int ig_ntd_batch_states_capped(const ig_index *ix, const int64_t *states, int64_t n,
+                               int64_t max_support, int64_t max_entries, int n_threads,
+                               ig_ntd_batch **out, char *err, size_t errlen);
 int64_t ig_ntd_batch_rows(const ig_ntd_batch *b);
 int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
 /* Rows as CSR: row i's distinct next tokens (increasing ids) and counts are

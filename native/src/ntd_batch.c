@@ -147,7 +147,9 @@ typedef struct {
     int mode;
     int64_t max_support;
     ig_ntd_batch *b;
-    ntd_scratch *sc; /* per thread */
+    ntd_scratch *sc;     /* per thread */
+    int64_t max_entries; /* 0 = no cap */
+    int64_t seen;        /* atomic: entries collected so far, over all threads */
 } ntd_job;
 
 static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
@@ -158,6 +160,10 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
     int rc = 0;
     tc_buf *store = &j->b->store[tid];
     for (int64_t i = begin; i < end && !rc; i++) {
+        if (j->max_entries && __atomic_load_n(&j->seen, __ATOMIC_RELAXED) > j->max_entries) {
+            rc = IG_ERR_LIMIT; /* another thread went over the cap: stop early */
+            break;
+        }
         int64_t d;
         if (j->states) {
             d = state_load(ix, j->states + i * ig_state_size(ix), rs.a, "states", NULL, 0);
@@ -183,6 +189,8 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
         row->tid = tid;
         row->sparse = row->n == 1;
         row->approximate = (uint8_t)approx;
+        if (!rc && j->max_entries && __atomic_add_fetch(&j->seen, row->n, __ATOMIC_RELAXED) > j->max_entries)
+            rc = IG_ERR_LIMIT;
     }
     scratch_free(&rs);
     return rc;
@@ -225,6 +233,11 @@ static int run_job(ntd_job *j, int64_t n, int n_threads, ig_ntd_batch **out, cha
     free(sc);
     if (rc) {
         ig_ntd_batch_free(b);
+        if (rc == IG_ERR_LIMIT)
+            return ig_fail(err, errlen, rc,
+                           "the next-token distributions of this batch hold more than max_entries = %lld "
+                           "entries (a row holds up to vocab_size + 1); split the batch or raise max_entries",
+                           (long long)j->max_entries);
         return ig_fail(err, errlen, rc, "out of memory collecting next-token distributions");
     }
     for (int64_t i = 0; i < n; i++) b->entries += b->row[i].n;
@@ -235,18 +248,31 @@ static int run_job(ntd_job *j, int64_t n, int n_threads, ig_ntd_batch **out, cha
 int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                      int64_t n, int mode, int64_t max_support, int n_threads, ig_ntd_batch **out, char *err,
                      size_t errlen) {
+    return ig_ntd_batch_run_capped(ix, values, n_values, offsets, n, mode, max_support, 0, n_threads, out, err,
+                                   errlen);
+}
+
+int ig_ntd_batch_run_capped(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                            int64_t n, int mode, int64_t max_support, int64_t max_entries, int n_threads,
+                            ig_ntd_batch **out, char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
     *out = NULL;
     if (mode != IG_NTD_NGRAM && mode != IG_NTD_INFGRAM) return ig_fail(err, errlen, IG_ERR_ARG, "mode must be IG_NTD_NGRAM or IG_NTD_INFGRAM, not %d", mode);
     if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
     int rc = check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
     if (rc) return rc;
-    ntd_job j = {ix, values, offsets, NULL, mode, max_support, NULL, NULL};
+    if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
+    ntd_job j = {ix, values, offsets, NULL, mode, max_support, NULL, NULL, max_entries, 0};
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
 int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support, int n_threads,
                         ig_ntd_batch **out, char *err, size_t errlen) {
+    return ig_ntd_batch_states_capped(ix, states, n, max_support, 0, n_threads, out, err, errlen);
+}
+
+int ig_ntd_batch_states_capped(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
+                               int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
     *out = NULL;
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
@@ -264,7 +290,8 @@ int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, in
     }
     scratch_free(&rs);
     if (rc) return rc;
-    ntd_job j = {ix, NULL, NULL, states, IG_NTD_INFGRAM, max_support, NULL, NULL};
+    if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
+    ntd_job j = {ix, NULL, NULL, states, IG_NTD_INFGRAM, max_support, NULL, NULL, max_entries, 0};
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
