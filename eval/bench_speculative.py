@@ -204,7 +204,14 @@ def left_pad(rows: List[np.ndarray]) -> Tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: int, reps: int, batch: int) -> dict:
+def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: int, reps: int, batch: int, *,
+               on_group: Any = None, only: Any = None, extra: Any = None, check_real: bool = False) -> dict:
+    """Greedy decoding of every domain's prompts (groups of `batch`) by each method, interleaved.
+
+    on_group(pairs): called before a group is decoded (e.g. the oracle model registers its
+    documents). only: names of the built-in methods to run (greedy and HF prompt lookup always
+    run: they are the baselines). extra: {name: speculative_generate kwargs} more variants of
+    ours. check_real: also count rows equal to the real continuation."""
     counter = ForwardCounter(model)
     gen_kw = dict(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
     drafter = InfiniGramDrafter(index)
@@ -239,6 +246,10 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
                "ours, ∞-gram only (off-switch check)": ours(drafter=InfiniGramDrafter(index, source="infgram"))}
     if batch == 1:
         methods["HF assisted loop + our drafter"] = run_hf_loop
+    if only is not None:
+        methods = {m: f for m, f in methods.items() if m in ("greedy", "HF prompt lookup") or m in only}
+    for name, kw in (extra or {}).items():
+        methods[name] = ours(**kw)
     results: dict = {}
     for domain, pairs in sets.items():
         groups = [pairs[i:i + batch] for i in range(0, len(pairs) - batch + 1, batch)]
@@ -246,11 +257,14 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
         fwd = {m: 0 for m in methods}
         gen_tokens = {m: 0 for m in methods}
         steps = {m: [] for m in methods}
+        split = {m: [0.0, 0.0, 0.0] for m in methods}  # ours: drafting + bookkeeping, forward passes, total
         rows_of: Dict[str, Dict[int, List[np.ndarray]]] = {m: {} for m in methods}
         order = list(methods)
         for rep in range(reps):
             for g, group in enumerate(groups):
                 ids, mask = left_pad([p for p, _ in group])
+                if on_group is not None:
+                    on_group(group)
                 rng = np.random.default_rng(rep * 1000 + g)
                 for m in rng.permutation(order):  # interleaved: methods share the load of the moment
                     n0 = counter.n
@@ -264,9 +278,14 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
                     gen_tokens[m] += sum(len(r) for r in rows)
                     if st is not None:
                         steps[m].append(st.tokens_per_step)
+                        split[m] = [a + b for a, b in zip(split[m], (st.draft_seconds, st.model_seconds,
+                                                                      st.total_seconds))]
                     rows_of[m][g] = rows
         same = {m: sum(int(np.array_equal(a, b)) for g in rows_of[m] for a, b in zip(rows_of[m][g], rows_of["greedy"][g]))
                 for m in methods}
+        real = {g: [r[:new_tokens] for _, r in group] for g, group in enumerate(groups)}
+        same_real = {m: sum(int(np.array_equal(a, b)) for g in rows_of[m] for a, b in zip(rows_of[m][g], real[g]))
+                     for m in methods}
         res = {}
         n_rows = len(groups) * batch
         tot = {m: [sum(times[m][r]) for r in range(reps)] for m in methods}
@@ -283,6 +302,12 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
                 "tokens_per_step": (float(np.mean(steps[m])) if steps[m] else None),
                 "identical_to_greedy": f"{same[m]}/{n_rows}",
             }
+            if check_real:
+                res[m]["identical_to_real"] = f"{same_real[m]}/{n_rows}"
+            if split[m][2] > 0:  # first repetition: where our loop's time went
+                d, f, t = split[m]
+                res[m]["time_split"] = {"drafting_and_bookkeeping": d / t, "forward_passes": f / t,
+                                        "other_loop_overhead": max(0.0, 1 - (d + f) / t)}
             if m in ("HF prompt lookup", "HF assisted loop + our drafter"):
                 res[m]["tokens_per_step"] = gen_tokens[m] / max(fwd[m], 1)
             if m == "greedy":
