@@ -41,6 +41,8 @@ typedef struct {
     int64_t ntc_min_count; /* contexts this frequent (depth 1..3) are all cached */
     uint32_t *ntc_slots;    /* open-addressing table (depth, lo) -> record + 1, built at open */
     uint64_t ntc_mask;      /* slots - 1 (a power of two) */
+    uint8_t *ntc_checked;   /* per record: 0 not yet, 1 entries valid, 2 corrupt (checked on first use) */
+    uint32_t ntc_vocab, ntc_sep;
 } ig_shard;
 
 struct ig_index {

@@ -28,6 +28,10 @@ static int map_file(ig_map *m, const char *dir, const char *name, char *err, siz
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: truncated (%lld bytes, header needs %d)",
                        path, (long long)st.st_size, IG_HEADER_SIZE);
     }
+    /* Small files (docs, unigram) are read whole at open: one readahead instead of a page fault
+       per 4-64 KB, which on a cold cache cost ~90 ms for a 100M-token index. Big files are
+       read where the queries go. */
+    if (st.st_size <= ((off_t)8 << 20)) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s: mmap failed (%s)", path, strerror(errno));

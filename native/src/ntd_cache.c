@@ -69,6 +69,8 @@ static int runs_push(runs *r, uint32_t t) {
 /* The block of ranks [lo, hi) at depth d ended: keep its runs if walking them is expensive or
    the context is frequent (then narrowing it by a token is a search in its entries). */
 static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t hi, int64_t min_cost) {
+    /* quick reject without log2: a walk costs at most 3 probes per rank (one rank per run) */
+    if (hi - lo < IG_NTC_MIN_COUNT(min_cost) && 3 * (hi - lo) < min_cost) return 0;
     if (hi <= lo || (ig_ntc_walk_cost(hi - lo, r->n) < min_cost && hi - lo < IG_NTC_MIN_COUNT(min_cost))) return 0;
     if (grow_to((void **)&e->rec, &e->rec_cap, 4 * (e->n_rec + 1), sizeof *e->rec)) return -1;
     if (grow_to((void **)&e->ent, &e->ent_cap, 2 * (e->n_ent + r->n), sizeof *e->ent)) return -1;
@@ -89,45 +91,73 @@ static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t
 
 static int write_all(FILE *f, const void *p, size_t n) { return n && fwrite(p, 1, n, f) != n ? -1 : 0; }
 
-int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
-                 const char *dir, char *err, size_t errlen) {
-    if (min_cost <= 0) return IG_OK;
-    enum { K = IG_NTC_MAX_DEPTH, AHEAD = 16 };
+enum { NTC_K = IG_NTC_MAX_DEPTH, NTC_AHEAD = 64 };
+
+/* The first K+1 tokens of the suffix at pos (the separator past the end). */
+static inline void first_tokens(const ig_shard *v, int width, int64_t pos, uint32_t c[NTC_K + 1]) {
+    if (width == 2 && pos + NTC_K + 1 <= v->total_len) { /* the common case: one 8-byte load */
+        uint64_t x;
+        memcpy(&x, v->tokens + 2 * pos, 8);
+        for (int k = 0; k <= NTC_K; k++) c[k] = (uint32_t)(x >> (16 * k)) & 0xFFFF;
+        return;
+    }
+    for (int k = 0; k <= NTC_K; k++) c[k] = ig_tok(v, width, pos + k);
+}
+
+/* Collect the cached contexts of ranks [r0, r1) into em[1..K]. r0 must start a new first
+   token (or be 0) and r1 end one (or be n_tok): no context straddles the range's ends. The
+   suffixes come in sorted order, so with lcp = how many leading tokens a rank shares with the
+   previous one, depth k's block goes on iff lcp >= k and its current run iff lcp > k. */
+static int collect(const ig_shard *view, int width, const int32_t *sa, int64_t r0, int64_t r1,
+                   int64_t min_cost, emitted em[NTC_K + 1]) {
     const uint32_t sep = ig_sep_for_width(width);
-    runs rs[K + 1];
-    emitted em[K + 1];
-    int64_t block_lo[K + 1];
-    uint32_t prev[K + 1];
-    int have_prev = 0, rc = IG_OK;
+    runs rs[NTC_K + 1];
+    int64_t block_lo[NTC_K + 1];
+    uint32_t prev[NTC_K + 1] = {0};
+    int have_prev = 0, rc = 0;
     memset(rs, 0, sizeof rs);
-    memset(em, 0, sizeof em);
-    for (int64_t r = 0; r <= n_tok && !rc; r++) {
-        uint32_t c[K + 1];
-        if (r < n_tok) {
-            if (r + AHEAD < n_tok) __builtin_prefetch(view->tokens + (size_t)sa[r + AHEAD] * (size_t)width);
-            int64_t pos = sa[r];
-            for (int k = 0; k <= K; k++) c[k] = ig_tok(view, width, pos + k);
+    for (int64_t r = r0; r <= r1 && !rc; r++) {
+        uint32_t c[NTC_K + 1];
+        int firstsep = 0, lcp = 0; /* end of the rank's context tokens; tokens shared with prev */
+        if (r < r1) {
+            if (r + NTC_AHEAD < r1) __builtin_prefetch(view->tokens + (size_t)sa[r + NTC_AHEAD] * (size_t)width);
+            first_tokens(view, width, sa[r], c);
+            firstsep = NTC_K;
+            for (int j = NTC_K - 1; j >= 0; j--) firstsep = c[j] == sep ? j : firstsep;
+            if (have_prev)
+                while (lcp <= NTC_K && c[lcp] == prev[lcp]) lcp++;
         }
-        /* depth k's context is c[0..k): the block changes when the context does (or becomes
-           shorter than k because a separator cut it) */
-        for (int k = 1; k <= K && !rc; k++) {
-            int valid = r < n_tok, same = have_prev;
-            for (int j = 0; j < k; j++) {
-                if (valid && c[j] == sep) valid = 0;
-                if (same && (!valid || prev[j] != c[j])) same = 0;
-            }
-            if (!same || !valid) {
-                if (rs[k].n && flush_block(&em[k], &rs[k], k, block_lo[k], r, min_cost)) rc = IG_ERR_NOMEM;
+        for (int k = 1; k <= NTC_K && !rc; k++) {
+            int valid = k <= firstsep, same = valid && lcp >= k; /* (an equal prefix has no sep) */
+            if (!same) {
+                if (rs[k].n && flush_block(&em[k], &rs[k], k, block_lo[k], r, min_cost)) rc = -1;
                 rs[k].n = 0;
                 block_lo[k] = r;
             }
-            if (valid && !rc && runs_push(&rs[k], c[k])) rc = IG_ERR_NOMEM;
+            if (!valid || rc) continue;
+            if (same && lcp > k) rs[k].cnt[rs[k].n - 1]++;
+            else if (runs_push(&rs[k], c[k])) rc = -1;
         }
-        if (r < n_tok) {
+        if (r < r1) {
             memcpy(prev, c, sizeof prev);
             have_prev = 1;
         }
     }
+    for (int k = 0; k <= NTC_K; k++) {
+        free(rs[k].tok);
+        free(rs[k].cnt);
+    }
+    return rc;
+}
+
+int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
+                 const char *dir, char *err, size_t errlen) {
+    if (min_cost <= 0) return IG_OK;
+    enum { K = NTC_K };
+    emitted em[K + 1];
+    int rc = IG_OK;
+    memset(em, 0, sizeof em);
+    if (collect(view, width, sa, 0, n_tok, min_cost, em)) rc = IG_ERR_NOMEM;
     if (rc) {
         ig_fail(err, errlen, rc, "out of memory collecting next-token distributions");
     } else {
@@ -166,8 +196,6 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
         }
     }
     for (int k = 0; k <= K; k++) {
-        free(rs[k].tok);
-        free(rs[k].cnt);
         free(em[k].rec);
         free(em[k].ent);
     }
@@ -184,6 +212,8 @@ static inline uint64_t slot_of(int64_t d, int64_t lo, uint64_t mask) {
 void ig_ntc_close(ig_shard *s) {
     free(s->ntc_slots);
     s->ntc_slots = NULL;
+    free(s->ntc_checked);
+    s->ntc_checked = NULL;
     if (s->ntc_map.base) munmap((void *)s->ntc_map.base, s->ntc_map.size);
     s->ntc_map.base = NULL;
     s->ntc_rec = NULL;
@@ -210,6 +240,9 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
         close(fd);
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: not a regular file or truncated", path);
     }
+    ig_header h0;  /* open reads the records only (the entries are checked on first use) */
+    if (pread(fd, &h0, sizeof h0, 0) == (ssize_t)sizeof h0 && h0.count < ((uint64_t)1 << 31))
+        (void)posix_fadvise(fd, 0, (off_t)(IG_HEADER_SIZE + 32 * h0.count), POSIX_FADV_WILLNEED);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s: mmap failed (%s)", path, strerror(errno));
@@ -225,7 +258,6 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
     const int64_t *rec = (const int64_t *)((const uint8_t *)p + IG_HEADER_SIZE);
     const uint32_t *ent = (const uint32_t *)(rec + 4 * h.count);
     int64_t n = (int64_t)h.count, m = (int64_t)h.aux1;
-    uint32_t sep = ig_sep_for_width(width);
     for (int64_t i = 0; i < n; i++) {
         const int64_t *q = rec + 4 * i;
         int64_t end = i + 1 < n ? q[7] : m;
@@ -233,16 +265,19 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
             q[3] < 0 || end < q[3] || end > m || (i == 0 && q[3] != 0) ||
             (i > 0 && (q[0] < q[-4] || (q[0] == q[-4] && q[1] < q[-2]))))
             return bad_file(s, path, "context records out of order or out of range", err, errlen);
-        if (end == q[3] || ent[2 * q[3] + 1] != 0)
-            return bad_file(s, path, "a context without entries, or not starting at its first rank", err, errlen);
-        for (int64_t j = q[3]; j < end; j++) {
-            if ((ent[2 * j] >= vocab && ent[2 * j] != sep) || (int64_t)ent[2 * j + 1] >= q[2] - q[1] ||
-                (j > q[3] && (ent[2 * j] <= ent[2 * j - 2] || ent[2 * j + 1] <= ent[2 * j - 1])))
-                return bad_file(s, path, "entries out of order or beyond their context's range", err, errlen);
-        }
+        if (end == q[3]) return bad_file(s, path, "a context without entries", err, errlen);
     }
+    /* The entries (most of the file) are checked per record on first use, not here: opening
+       reads only the records (a cold 100M-token index opened in ~100 ms when it read them all). */
     s->ntc_rec = rec;
     s->ntc_ent = ent;
+    s->ntc_vocab = vocab;
+    s->ntc_sep = ig_sep_for_width(width);
+    s->ntc_checked = calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!s->ntc_checked) {
+        ig_ntc_close(s);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
     /* records are found by (depth, lo) in O(1): a table with at least twice as many slots */
     uint64_t slots = 16;
     while (slots < 2 * (uint64_t)n) slots *= 2;
@@ -276,10 +311,32 @@ static int64_t record_end(const ig_shard *s, const int64_t *q) {
     return q + 4 < s->ntc_rec + 4 * s->ntc_n ? q[7] : s->ntc_entries;
 }
 
+/* Whether the record's entries are well formed: tokens in the vocabulary (or the separator),
+   strictly increasing, with offsets starting at 0, increasing and inside the context's range. */
+static int entries_ok(const ig_shard *s, const int64_t *q) {
+    const uint32_t *ent = s->ntc_ent;
+    uint32_t sep = s->ntc_sep;
+    int64_t end = record_end(s, q);
+    if (ent[2 * q[3] + 1] != 0) return 0;
+    for (int64_t j = q[3]; j < end; j++) {
+        if ((ent[2 * j] >= s->ntc_vocab && ent[2 * j] != sep) || (int64_t)ent[2 * j + 1] >= q[2] - q[1] ||
+            (j > q[3] && (ent[2 * j] <= ent[2 * j - 2] || ent[2 * j + 1] <= ent[2 * j - 1])))
+            return 0;
+    }
+    return 1;
+}
+
 const uint32_t *ig_ntc_find(const ig_shard *s, int64_t d, ig_range r, int64_t *n) {
     if (d < 1 || d > IG_NTC_MAX_DEPTH || !s->ntc_n) return NULL;
     const int64_t *q = find_record(s, d, r);
     if (!q) return NULL;
+    int64_t i = (q - s->ntc_rec) / 4;
+    uint8_t c = __atomic_load_n(&s->ntc_checked[i], __ATOMIC_ACQUIRE);
+    if (!c) { /* threads racing here compute the same verdict */
+        c = entries_ok(s, q) ? 1 : 2;
+        __atomic_store_n(&s->ntc_checked[i], c, __ATOMIC_RELEASE);
+    }
+    if (c != 1) return NULL; /* a corrupt record: answer from the suffix array instead */
     *n = record_end(s, q) - q[3];
     return s->ntc_ent + 2 * q[3];
 }
