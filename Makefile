@@ -2,6 +2,8 @@
 #
 #   make demo         .venv-demo: torch (CPU), the package; runs python -m infinigram_hf.demo
 #   make test         .venv-test: torch (CPU), the package with [test]; runs the test suite
+#   make ci           what CI runs (.ci/run): make test, then native-test, fuzz for CI_FUZZ_SECONDS
+#                     (20) per target, and sanitize (the whole suite under ASan + UBSan)
 #   make native       rebuild the C core in place (into .venv-test's editable install)
 #   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
 #   make native-test  the C tests (native/tests/) built with AddressSanitizer + UBSan
@@ -26,10 +28,11 @@ TEST_VENV := .venv-test
 SDIST_VENV := .venv-sdist
 SAN_VENV := .venv-sanitize
 FUZZ_SECONDS ?= 60
+CI_FUZZ_SECONDS ?= 20
 SOAK_SECONDS ?= 60
 PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
 
-.PHONY: demo test native sdist-check clean venv-demo venv-test native-test sanitize fuzz soak
+.PHONY: demo test ci native sdist-check clean venv-demo venv-test native-test sanitize fuzz soak
 .PRECIOUS: %/.venv-ready
 
 # A venv is made once; its marker file records that pip and torch are in.
@@ -83,6 +86,12 @@ export SDIST_SMOKE
 
 # ---- reliability (RELIABILITY.md): sanitizers, fuzzing, load
 
+# CI (.ci/run): the suite first (fails fast), then the C tests and bounded fuzzing (libFuzzer
+# with clang, else the gcc driver), then the whole suite again against the sanitized core.
+# About 20 minutes on 2 cores (RELIABILITY.md has the measured parts).
+ci: FUZZ_SECONDS = $(CI_FUZZ_SECONDS)
+ci: test native-test fuzz sanitize
+
 native-test:
 	native/tests/run.sh
 
@@ -100,7 +109,7 @@ fuzz: venv-test
 	fuzz/run.sh -t $(FUZZ_SECONDS) -p $(TEST_VENV)/bin/python
 
 soak: venv-test
-	INFINIGRAM_SOAK_SECONDS=$(SOAK_SECONDS) $(TEST_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	INFINIGRAM_SOAK_SECONDS=$(SOAK_SECONDS) $(TEST_VENV)/bin/python -m pytest -q -s -p no:cacheprovider \
 	  tests/test_load.py $(PYTEST_ARGS)
 
 clean:

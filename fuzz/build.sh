@@ -2,7 +2,8 @@
 # Build the C fuzz targets into build/fuzz/ (or $FUZZ_OUT), with AddressSanitizer and
 # UndefinedBehaviorSanitizer:
 #   - clang with libFuzzer (coverage-guided) when one is found: $FUZZ_CC, clang, clang-19..14;
-#   - otherwise gcc with fuzz/standalone.c (random mutations of the seeds, same sanitizers).
+#   - otherwise gcc with fuzz/standalone.c (random mutations of the seeds, same sanitizers);
+#     FUZZ_ENGINE=standalone picks this one even where clang is installed.
 # Prints the engine used ("libfuzzer" or "standalone") on its last line.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,7 +21,7 @@ has_libfuzzer() { # can $1 link a libFuzzer target?
 }
 
 CC=""
-for cand in ${FUZZ_CC:-} clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14; do
+[ "${FUZZ_ENGINE:-}" = standalone ] || for cand in ${FUZZ_CC:-} clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14; do
     if command -v "$cand" >/dev/null 2>&1 && has_libfuzzer "$cand"; then CC=$cand; break; fi
 done
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"

@@ -45,7 +45,10 @@ fi
 "${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall "$SRC"
 
 # 3. run the suite with the runtime preloaded
-export LD_PRELOAD=$RUNTIME
+# libstdc++ is preloaded too: C++ extensions imported later (matplotlib's ft2font) throw
+# exceptions, and ASan's __cxa_throw interceptor aborts if libstdc++ was not there at start-up.
+STDCXX=$($CC -print-file-name=libstdc++.so)
+if [ -e "$STDCXX" ]; then export LD_PRELOAD="$RUNTIME $STDCXX"; else export LD_PRELOAD=$RUNTIME; fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export PYTHONSAFEPATH=1
