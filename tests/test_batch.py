@@ -3,6 +3,8 @@ brute-force reference and against the single-query methods, for every input form
 shard layout, and with/without precomputed short-context distributions (ntdcache.bin)."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -212,3 +214,33 @@ def test_long_prompts_and_sequences(tmp_path) -> None:
     assert np.array_equal(a.counts, b.counts) and np.array_equal(a.prompt_counts, b.prompt_counts)
     assert np.array_equal(a.suffix_len, b.suffix_len) and np.array_equal(a.sparse, b.sparse)
     assert ix.count(long) == 0 and ix.count_batch([long]).tolist() == [0]
+
+
+def test_corrupt_short_context_cache_entries_fall_back_to_exact_answers(scratch_dir) -> None:
+    """ntdcache.bin entries are checked on first use: a damaged record is ignored, not trusted."""
+    import struct
+
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(0, 30, size=300).tolist() for _ in range(10)]
+    ref = Reference(docs, 40)
+    ix = make_index(docs, scratch_dir, vocab_size=40, ntd_cache_min_cost=1)
+    path = ix.paths[0]
+    ix.close()
+    ntc = next(path.rglob("ntdcache.bin"))
+    raw = bytearray(ntc.read_bytes())
+    n_records = struct.unpack_from("<Q", raw, 16)[0]
+    assert n_records > 0
+    entries = 64 + 32 * n_records
+    for j in range(0, (len(raw) - entries) // 8, 7):  # every 7th entry: an id beyond the vocabulary
+        struct.pack_into("<I", raw, entries + 8 * j, 0xFFFF0 + j)
+    ntc.write_bytes(bytes(raw))
+    from infinigram_hf import InfiniGramIndex
+
+    with InfiniGramIndex.open(path) as damaged:
+        queries = [[t] for t in range(40)] + [[1, 2], [3, 4, 5]]
+        got = damaged.infgram_ntd_batch(queries)
+        for i, q in enumerate(queries):
+            want, k = ref.infgram_ntd(q)
+            assert_ntd_matches(got[i], want, k, f"damaged cache {q}")
+            assert damaged.infgram_ntd(q).as_dict() == want
+    shutil.rmtree(path, ignore_errors=True)
