@@ -124,6 +124,28 @@ static void test_batches(const fz_corpus *c, ig_index *ix) {
         free(q);
         ig_ntd_batch_free(b);
     }
+    /* the size cap of a distribution batch: past max_entries, IG_ERR_LIMIT and nothing held
+       (leaks are checked here); at the exact size, the batch (threads stop early either way) */
+    {
+        int64_t off[33], total = 0;
+        uint32_t q[1] = {0};
+        for (int64_t i = 0; i <= 32; i++) off[i] = 0; /* 32 empty contexts: 32 unigrams */
+        ig_ntd_batch *b = NULL;
+        CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, 1, &b, err, sizeof err) == IG_OK, "%s", err);
+        total = ig_ntd_batch_entries(b);
+        ig_ntd_batch_free(b);
+        for (int t = 1; t <= 4; t += 3) {
+            b = NULL;
+            CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total - 1, t, &b, err, sizeof err) ==
+                      IG_ERR_LIMIT && !b && strstr(err, "max_entries"), "cap: %s", err);
+            CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total, t, &b, err, sizeof err) ==
+                      IG_OK && ig_ntd_batch_entries(b) == total, "at the cap: %s", err);
+            ig_ntd_batch_free(b);
+        }
+        b = NULL;
+        CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG,
+              "negative cap");
+    }
     /* a state extended token by token == the state of the whole context */
     int64_t size = ig_state_size(ix), st[8], whole[8];
     for (int64_t d = 0; d < c->n_docs; d += 7) {
