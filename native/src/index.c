@@ -76,10 +76,33 @@ static void close_shard(ig_shard *s) {
     ig_ntc_close(s);
 }
 
+/* Ask the kernel for every page open() will read, all at once: on a cold cache each page fault
+   is a disk round trip (5-10 ms measured on a shared VM), and these reads then overlap. */
+static void prefetch_shard(const char *dir) {
+    static const char *const names[] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) continue;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (st.st_size <= ((off_t)8 << 20)) {
+                (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+            } else { /* header; and the last page (the final separator, the last doc offset) */
+                (void)posix_fadvise(fd, 0, 4096, POSIX_FADV_WILLNEED);
+                (void)posix_fadvise(fd, st.st_size - 4096, 4096, POSIX_FADV_WILLNEED);
+            }
+        }
+        close(fd);
+    }
+}
+
 static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *vocab, char *err,
                       size_t errlen) {
     ig_header ht, hs, hd, hu;
     int rc;
+    prefetch_shard(dir);
     if ((rc = map_file(&s->tok_map, dir, "tokens.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->tok_map, dir, "tokens.bin", "IGHF-TOK", 0, &ht, err, errlen))) return rc;
     if (ht.width != 1 && ht.width != 2 && ht.width != 4)
