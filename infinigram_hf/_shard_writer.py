@@ -1,4 +1,4 @@
-"""Thin owner of the C shard writer: documents in (uint32 ids + offsets), shard files out."""
+"""Thin owner of the C shard writer: documents in (uint8/16/32 ids + offsets), shard files out."""
 from __future__ import annotations
 
 import os
@@ -30,15 +30,17 @@ class ShardWriter:
 
     def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Append documents: document i is ids[offsets[i]:offsets[i+1]]."""
-        ids = np.ascontiguousarray(ids, dtype=np.uint32)
+        ids = np.ascontiguousarray(ids)
+        if ids.dtype not in (np.uint8, np.uint16, np.uint32):  # the C side takes 1-, 2- or 4-byte ids
+            ids = ids.astype(np.uint32)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         if len(offsets) < 2:
             return
         if offsets[0] < 0 or offsets[-1] > len(ids):
             raise ValueError("document offsets point outside the token array")
         err = err_buffer()
-        check(lib.ig_writer_add_docs(self._w, ptr(ids, "uint32_t"), ptr(offsets, "int64_t"),
-                                     len(offsets) - 1, err, len(err)), err)
+        check(lib.ig_writer_add_docs_w(self._w, ptr(ids, "void"), ids.dtype.itemsize, ptr(offsets, "int64_t"),
+                                       len(offsets) - 1, err, len(err)), err)
 
     @property
     def total_len(self) -> int:

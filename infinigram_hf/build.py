@@ -101,7 +101,7 @@ def _worker_encode(texts: List[str]) -> List[List[int]]:
 
 
 def _flatten(seqs: Sequence[Any], vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token-id sequences -> (uint32 ids, int64 offsets), with ids checked against the vocabulary."""
+    """Token-id sequences -> (uint8/16/32 ids, int64 offsets), with ids checked against the vocabulary."""
     lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
@@ -113,7 +113,9 @@ def _flatten(seqs: Sequence[Any], vocab_size: int) -> tuple[np.ndarray, np.ndarr
     if flat.size and (flat.min() < 0 or flat.max() >= vocab_size):
         bad = int(flat.min()) if flat.min() < 0 else int(flat.max())
         raise ValueError(f"token id {bad} is outside the vocabulary (vocab_size={vocab_size})")
-    return flat.astype(np.uint32, copy=False), offsets
+    if flat.dtype not in (np.uint8, np.uint16, np.uint32):  # narrow unsigned ids pass as they are
+        flat = flat.astype(np.uint32)
+    return flat, offsets
 
 
 class _Tokenized:

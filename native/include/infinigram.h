@@ -38,6 +38,10 @@ int ig_writer_new(ig_writer **out, const char *dir, int token_width, uint32_t vo
    entries, offsets[0] may be nonzero). Every id is checked against vocab_size. */
 int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets,
                        int64_t n_docs, char *err, size_t errlen);
+/* The same with ids of id_width bytes each (1, 2 or 4: uint8/uint16/uint32), so callers need not
+   widen their arrays. */
+int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int64_t *offsets,
+                         int64_t n_docs, char *err, size_t errlen);
 /* Tokens (separators included) held so far: what a shard's memory budget is measured on. */
 int64_t ig_writer_total_len(const ig_writer *w);
 int64_t ig_writer_num_docs(const ig_writer *w);

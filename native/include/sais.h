@@ -29,6 +29,10 @@ extern "C" {
 int ig_sais_u8 (const uint8_t  *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K);
+/* Tests only: ig_sais_u32 with the slower fallbacks forced at every level (mode 1: no
+   per-bucket arrays beyond the pointers and counts, mode 2: names by comparing substrings,
+   as for texts of 2^30 symbols or more); same output. */
+int ig_sais_u32_fallback(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode);
 
 #ifdef __cplusplus
 }

@@ -10,17 +10,28 @@
  * Types are never stored: whether a predecessor is L or S is decided when it is placed, from
  * the two symbols involved, and carried in the sign of its SA entry.
  *
+ * Naming without comparing substrings (levels with n < 2^30, the usual case): the two stage-1
+ * passes also record where the sort key (the LMS prefix: symbols and types up to the next LMS
+ * position) changes, as bit 30 of the entry at the first slot of each group of equal keys. A
+ * pass scans the sources in sorted order and counts the group boundaries it crosses (d); an
+ * induced entry starts a new group unless the previous entry induced into the same bucket came
+ * from a source with the same count. Slots keep their mark when their entry is consumed, so
+ * after stage 1 two neighbouring LMS entries have equal substrings iff no slot between them
+ * (the right one included) is marked. Deeper texts (n >= 2^30) have no spare bit and compare
+ * the substrings instead (as do levels whose bucket arrays do not fit the memory budget).
+ *
  * Peak extra memory, in bytes, besides SA itself (and <= 31 small stack frames):
  *   Ke = largest symbol + 1 (after a u32 remap: the number of distinct symbols).
- *   level 0    4*Ke bucket pointers, + 4*Ke cached counts when 2*Ke <= max(n/2, 2^17).
+ *   level 0    4*Ke bucket pointers, + 4*Ke cached counts and 4*Ke for the group counts /
+ *              LMS counts when 3*Ke <= max(n/2, 2^17) (else slower fallbacks, no memory).
  *   deeper     the reduced problems' buckets live in SA's free space when they fit, else are
  *              malloc'd, never more than max(n/2, 2^17) int32 at a time. Level-0 buckets are
- *              freed before recursing, so the two do not add up.
+ *              freed before recursing unless small, so the two do not add up.
  *   u32 remap  + 4n for a dense copy of the text, only when Ke > max(n, 65536).
- *   => peak <= max(2n, 4*Ke, 512 KiB) (+ 4n when remapped); for u8/u16: <= max(2n, 512 KiB).
+ *   => peak <= max(2n, 12*Ke, 1.5 MiB) (+ 4n when remapped); for u8/u16: <= max(2n, 1.5 MiB).
  *   Measured: < 0.1n on source-code bytes, 1.2n on i.i.d. Zipf tokens (the reduced problem's
  *   counts); the 2n bound is reached only by adversarial inputs.
- * Budget 6 bytes per token (SA + worst case) + 512 KiB for u8/u16 input.
+ * Budget 6 bytes per token (SA + worst case) + 2 MiB for u8/u16 input.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE /* madvise() under -std=c99 */
@@ -52,6 +63,11 @@
    they prefetch PF items ahead (a few hundred ns of work, more than a DRAM round trip). */
 #define PF 32
 #define BIG_K (1 << 17) /* bucket arrays beyond this many (512 KiB) fall out of L2 */
+
+/* Stage-1 entries in the naming mode: bit 31 = type flag (see induce), bit 30 = group mark. */
+#define MARK ((int32_t)1 << 30)
+#define VMASK (MARK - 1)
+#define MARK_LIMIT ((int64_t)1 << 30) /* texts this long or longer name by comparing */
 
 /* Symbol i of a text of w-byte symbols. */
 SA_INLINE uint32_t sym(const void *T, int w, int32_t i) {
@@ -87,8 +103,9 @@ static void hint_hugepages(const void *p, size_t bytes, int populated) {
 typedef struct {
     int32_t *B;         /* K bucket pointers, rebuilt before every pass */
     int32_t *C;         /* K symbol counts, or NULL: recount from the text each time */
+    int32_t *A;         /* K more: group counts in stage 1, LMS counts in stage 3; or NULL */
     int32_t K;
-    int own_B, own_C;   /* 1 = malloc'd, 0 = carved out of free SA space */
+    int own_B, own_C, own_A; /* 1 = malloc'd, 0 = carved out of free SA space */
 } buckets;
 
 SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t K) {
@@ -102,21 +119,39 @@ SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t
 }
 
 /* Free memory a level may use for its buckets: part of the caller's SA (never overlapping this
-   level's T or SA), and how many int32 it may malloc besides B. */
+   level's T or SA), and how many int32 it may malloc besides B. `plain` (tests) forces the
+   fallbacks: 1 = no A array (compare names, place by reading symbols), 2 = compare names. */
 typedef struct {
     int32_t *ws;
     int64_t wsn;
     int64_t budget;
+    int plain;
 } workspace;
 
-/* Place B in the free space when it fits, else malloc it; cache the counts C the same way, or
-   in malloc'd memory within the budget, else leave C NULL and recount (slower, no memory). */
-SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t K,
-                           workspace ws) {
+/* One K-array from the free space or, within the budget, malloc (NULL when neither). */
+static int32_t *carve(workspace *ws, int64_t *budget, int32_t K, int *own) {
+    *own = 0;
+    if (K <= ws->wsn) {
+        int32_t *p = ws->ws;
+        ws->ws += K;
+        ws->wsn -= K;
+        return p;
+    }
+    if (K > *budget) return NULL;
+    int32_t *p = (int32_t *)malloc((size_t)K * sizeof(int32_t));
+    if (!p) return NULL;
+    hint_hugepages(p, (size_t)K * sizeof(int32_t), 0);
+    *budget -= K;
+    *own = 1;
+    return p;
+}
+
+/* B is required (placed in the free space or malloc'd whatever the budget); C and A are
+   optional and taken in that order while space or budget lasts. */
+SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t K, workspace ws) {
     int64_t budget = ws.budget;
     bk->K = K;
-    bk->C = NULL;
-    bk->own_B = bk->own_C = 0;
+    bk->own_B = bk->own_C = bk->own_A = 0;
     if (K <= ws.wsn) {
         bk->B = ws.ws;
         ws.ws += K;
@@ -128,13 +163,8 @@ SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t
         bk->own_B = 1;
         budget -= K;
     }
-    if (K <= ws.wsn) {
-        bk->C = ws.ws;
-    } else if (K <= budget) {
-        bk->C = (int32_t *)malloc((size_t)K * sizeof(int32_t)); /* NULL is fine: recount */
-        bk->own_C = bk->C != NULL;
-        if (bk->C) hint_hugepages(bk->C, (size_t)K * sizeof(int32_t), 0);
-    }
+    bk->C = carve(&ws, &budget, K, &bk->own_C);
+    bk->A = bk->C && ws.plain != 1 ? carve(&ws, &budget, K, &bk->own_A) : NULL;
     if (bk->C) count_syms(T, w, n, bk->C, K);
     return 0;
 }
@@ -142,8 +172,9 @@ SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t
 static void buckets_free(buckets *bk) {
     if (bk->own_B) free(bk->B);
     if (bk->own_C) free(bk->C);
-    bk->B = bk->C = NULL;
-    bk->own_B = bk->own_C = 0;
+    if (bk->own_A) free(bk->A);
+    bk->B = bk->C = bk->A = NULL;
+    bk->own_B = bk->own_C = bk->own_A = 0;
 }
 
 /* B[c] = first slot of bucket c (ends == 0) or one past its last slot (ends == 1). */
@@ -164,21 +195,25 @@ SA_INLINE void bucket_bounds(const void *T, int w, int32_t n, const buckets *bk,
 
 /* ---- LMS positions ------------------------------------------------------------------------ */
 
-enum { LMS_SEED, LMS_LEN, LMS_LIST };
+enum { LMS_SEED, LMS_LEN, LMS_LIST, LMS_COUNT };
 
 /* Visit the LMS positions (S-type, preceded by L-type) right to left; n-1 is always L. Modes:
-   LMS_SEED: SA[--B[T[p]]] = p (stage 1 seeds); returns the count n1.
-   LMS_LEN:  SA[n1 + p/2] = length of the LMS substring at p, up to and including the next LMS
-             position (n, the sentinel, for the last one). Slots p/2 are distinct: LMS
-             positions are >= 2 apart.
-   LMS_LIST: SA[n - n1 + k] = k-th LMS position in text order (SA[n - n1 - 1] is clobbered). */
+   LMS_SEED:  SA[--B[T[p]]] = p (stage 1 seeds); returns the count n1.
+   LMS_LEN:   SA[n1 + p/2] = length of the LMS substring at p, up to and including the next LMS
+              position (n, the sentinel, for the last one). Slots p/2 are distinct: LMS
+              positions are >= 2 apart.
+   LMS_LIST:  SA[n - n1 + k] = k-th LMS position in text order (SA[n - n1 - 1] is clobbered).
+   LMS_COUNT: B[c] = number of LMS positions holding symbol c (B zeroed first).
+   LMS_LIST with B != NULL also counts as LMS_COUNT does. */
 SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
                            int32_t *restrict SA, int32_t *restrict B, int32_t K, int32_t n1) {
     int32_t cnt = 0, next = n;
     uint32_t c1 = sym(T, w, n - 1);
     int32_t s1 = 0; /* type of position i+1: 1 = S */
+    const int counting = mode == LMS_COUNT || (mode == LMS_LIST && B);
+    if (counting) memset(B, 0, (size_t)K * sizeof(int32_t));
     for (int32_t i = n - 2; i >= 0; i--) {
-        if (mode == LMS_SEED && K > BIG_K && i >= 4 * PF) /* random bucket pointers */
+        if ((mode == LMS_SEED || counting) && K > BIG_K && i >= 4 * PF) /* random bucket pointers */
             SA_PREFETCH_W(B + sym(T, w, i - 4 * PF));
         uint32_t c0 = sym(T, w, i);
         int32_t s0 = (c0 < c1) | ((c0 == c1) & s1), m = s1 & (s0 ^ 1), p = i + 1;
@@ -187,7 +222,9 @@ SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
                below the list is >= n1 even when the list is complete, as n1 <= (n-1)/2. */
             SA[n - 1 - cnt] = p;
             cnt += m;
-        } else if (m) {
+        }
+        if (counting) B[c1] += m;
+        if (mode != LMS_LIST && m) {
             if (mode == LMS_SEED) SA[--B[c1]] = p;
             if (mode == LMS_LEN) SA[n1 + (p >> 1)] = next - p + 1;
             next = p;
@@ -205,16 +242,20 @@ SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
  *           v < 0: suffix -v whose predecessor is S: flip to +(-v) for the S pass.
  *   S pass: v > 0: induce v-1 (S) and clear; an induced suffix whose predecessor is L is an LMS
  *           suffix and is stored as -q, so afterwards exactly the LMS entries are negative.
+ * In the naming mode (PASS_L1M, PASS_S1M) the same roles are carried by bit 31 (set = the
+ * negative case above) with the value in bits 0..29, bit 30 marking group starts; consumed
+ * entries keep their mark.
  * Stage 3 (final) keeps every entry: positive = final, ~q = predecessor still to induce in the
  * S pass; in the L pass positive entries also have their (L-type) predecessor induced.
  * Induced entries always land strictly ahead of the scan, so every slot is written before it
  * is read. */
 
-enum { PASS_L1, PASS_S1, PASS_L3, PASS_S3 };
+enum { PASS_L1, PASS_S1, PASS_L3, PASS_S3, PASS_L1M, PASS_S1M };
 
 /* Position whose symbol processing entry v reads in `pass`; 0 (harmless) when v is inactive. */
 SA_INLINE int32_t active_pos(int32_t v, int pass) {
     if (pass == PASS_S3) return v < 0 ? ~v - 1 : 0;
+    if (pass == PASS_L1M || pass == PASS_S1M) return v >= 0 && (v & VMASK) ? (v & VMASK) - 1 : 0;
     return v > 0 ? v - 1 : 0;
 }
 
@@ -223,17 +264,24 @@ SA_INLINE int32_t active_pos(int32_t v, int pass) {
    positions: prefetch them PF entries ahead. With a large alphabet (the reduced problems) the
    bucket pointers and the slots written are random too, so there the pipeline is 3 deep: the
    symbol at 3*PF, its bucket pointer at 2*PF, the slot to write at PF. Look-ahead entries
-   that are not final yet only cost a useless prefetch. */
+   that are not final yet only cost a useless prefetch. G (naming mode only) holds, per
+   bucket, the group count d of the source of the entry last induced into it (-1: none). */
 SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
-                      int32_t *restrict B, int32_t K, int pass) {
-    const int left = pass == PASS_L1 || pass == PASS_L3, big = K > BIG_K;
+                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass) {
+    const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M, big = K > BIG_K;
     const int32_t step = left ? 1 : -1;
     const char *Tb = (const char *)T;
+    int32_t d = 0; /* group boundaries crossed (naming mode) */
     if (left) { /* n-1 is induced by the virtual sentinel, which sorts first */
         int32_t q = n - 1;
         uint32_t c = sym(T, w, q);
         int pred_s = sym(T, w, q - 1) < c;
-        SA[B[c]++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
+        if (pass == PASS_L1M) {
+            SA[B[c]++] = q | MARK | (pred_s ? INT32_MIN : 0); /* the sentinel's group is d = 0 */
+            G[c] = 0;
+        } else {
+            SA[B[c]++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
+        }
     }
     for (int32_t k = 0, i = left ? 0 : n - 1; k < n; k++, i += step) {
         if (!big) {
@@ -241,8 +289,11 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
         } else {
             if (k < n - 3 * PF)
                 SA_PREFETCH_R(Tb + (size_t)w * active_pos(SA[i + 3 * PF * step], pass));
-            if (k < n - 2 * PF)
-                SA_PREFETCH_R(B + sym(T, w, active_pos(SA[i + 2 * PF * step], pass)));
+            if (k < n - 2 * PF) {
+                uint32_t c2 = sym(T, w, active_pos(SA[i + 2 * PF * step], pass));
+                SA_PREFETCH_R(B + c2);
+                if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+            }
             if (k < n - PF)
                 SA_PREFETCH_W(SA + B[sym(T, w, active_pos(SA[i + PF * step], pass))]);
         }
@@ -266,6 +317,36 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
                 SA[--B[c]] = (q > 0 && sym(T, w, q - 1) > c) ? -q : q;
                 SA[i] = 0;
             }
+            break;
+        case PASS_L1M: /* as PASS_L1; a slot's mark (a new group starts here) counts into d */
+            d += (int32_t)((uint32_t)v >> 30) & 1;
+            if (v < 0) {
+                SA[i] = v & INT32_MAX;
+            } else if (v & VMASK) {
+                q = (v & VMASK) - 1;
+                c = sym(T, w, q);
+                int32_t e = q | (G[c] != d ? MARK : 0); /* left to right: marks the first */
+                if (q > 0 && sym(T, w, q - 1) < c) e |= INT32_MIN;
+                SA[B[c]++] = e;
+                G[c] = d;
+                SA[i] = v & MARK;
+            }
+            break;
+        case PASS_S1M: /* as PASS_S1, right to left: an entry is marked when placed and the
+                          mark of its right neighbour (placed just before, same bucket) is
+                          cleared if the two came from one group */
+            if (v >= 0 && (v & VMASK)) {
+                q = (v & VMASK) - 1;
+                c = sym(T, w, q);
+                int32_t j = --B[c];
+                if (G[c] == d) SA[j + 1] &= ~MARK; /* (G[c] == -1 before any: never equal) */
+                G[c] = d;
+                int32_t e = q | MARK;
+                if (q > 0 && sym(T, w, q - 1) > c) e |= INT32_MIN;
+                SA[j] = e;
+                SA[i] &= MARK; /* (re-read: j + 1 may be i) */
+            }
+            d += (int32_t)((uint32_t)SA[i] >> 30) & 1; /* a mark here: i-1 is another group */
             break;
         case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
             if (v > 0) {
@@ -315,6 +396,36 @@ SA_INLINE int32_t name_lms(const void *restrict T, int w, int32_t *restrict SA, 
     return name;
 }
 
+/* Naming mode: SA[0..n1) holds the sorted LMS positions with bit 30 set where a new LMS
+   substring starts (see compact_marked). Same output as name_lms, no text access. */
+static int32_t name_marked(int32_t *restrict SA, int32_t n, int32_t n1) {
+    int32_t *slot = SA + n1;
+    memset(slot, 0, (size_t)(n - n1) * sizeof(int32_t));
+    int32_t name = 0;
+    for (int32_t i = 0; i < n1; i++) {
+        if (i < n1 - PF) SA_PREFETCH_W(slot + ((SA[i + PF] & VMASK) >> 1));
+        int32_t v = SA[i], p = v & VMASK;
+        name += (v >> 30) & 1;
+        SA[i] = p;
+        slot[p >> 1] = name;
+    }
+    return name;
+}
+
+/* After PASS_S1M exactly the LMS entries have bit 31 set. Move them to SA[0..n1) in order,
+   each marked iff some slot since the previous one (its own included) is marked. Branch-free:
+   j <= i. */
+static void compact_marked(int32_t *SA, int32_t n) {
+    int32_t j = 0, pend = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t v = SA[i], keep = v < 0;
+        pend |= v & MARK;
+        SA[j] = (v & VMASK) | pend;
+        j += keep;
+        pend &= keep - 1; /* reset after a kept entry */
+    }
+}
+
 /* ---- one level ---------------------------------------------------------------------------- */
 
 SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws);
@@ -324,76 +435,115 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
     buckets bk;
     int rc = buckets_init(&bk, T, w, n, K, ws);
     if (rc) return rc;
+    const int marked = bk.A && (int64_t)n < MARK_LIMIT && ws.plain != 2;
 
     /* Stage 1: sort the LMS substrings. */
     bucket_bounds(T, w, n, &bk, 1);
     memset(SA, 0, (size_t)n * sizeof(int32_t));
     int32_t n1 = lms_scan(T, w, n, LMS_SEED, SA, bk.B, K, 0);
     if (n1 > 0) {
-        bucket_bounds(T, w, n, &bk, 0);
-        induce(T, w, SA, n, bk.B, K, PASS_L1);
-        bucket_bounds(T, w, n, &bk, 1);
-        induce(T, w, SA, n, bk.B, K, PASS_S1);
-        int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
-        for (int32_t i = 0; i < n; i++) {
-            int32_t v = SA[i];
-            SA[j] = -v;
-            j += v < 0;
+        int32_t K1;
+        if (marked) {
+            /* the seeds of a bucket are one group (their key is the symbol): mark the first */
+            int32_t end = 0;
+            for (int32_t c = 0; c < K; c++) {
+                end += bk.C[c];
+                if (bk.B[c] != end) SA[bk.B[c]] |= MARK;
+                bk.A[c] = -1;
+            }
+            bucket_bounds(T, w, n, &bk, 0);
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M);
+            bucket_bounds(T, w, n, &bk, 1);
+            for (int32_t c = 0; c < K; c++) bk.A[c] = -1;
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M);
+            compact_marked(SA, n);
+            K1 = name_marked(SA, n, n1);
+        } else {
+            bucket_bounds(T, w, n, &bk, 0);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1);
+            bucket_bounds(T, w, n, &bk, 1);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1);
+            int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
+            for (int32_t i = 0; i < n; i++) {
+                int32_t v = SA[i];
+                SA[j] = -v;
+                j += v < 0;
+            }
+            K1 = name_lms(T, w, SA, n, n1);
         }
 
-        /* Stage 2: name; recurse when names repeat, else SA[0..n1) is already sorted. */
-        int32_t K1 = name_lms(T, w, SA, n, n1);
+        /* Stage 2: recurse when names repeat, else SA[0..n1) is already sorted. */
         if (K1 < n1) {
             int32_t *s1 = SA + n - n1;
-            j = n; /* gather the names in text order into s1, branch-free: j > i */
+            int32_t j = n; /* gather the names in text order into s1, branch-free: j > i */
             for (int32_t i = n - 1; i >= n1; i--) {
                 int32_t v = SA[i];
                 SA[j - 1] = v - 1;
                 j -= v != 0;
             }
-            if (bk.own_B | bk.own_C) buckets_free(&bk); /* keep peak memory to one level */
-            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget};
+            /* keep peak memory to one level: large bucket arrays go, small ones stay */
+            if ((bk.own_B | bk.own_C | bk.own_A) && K > BIG_K) buckets_free(&bk);
+            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain};
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
-            if (rc) return rc;
-            lms_scan(T, w, n, LMS_LIST, SA, NULL, 0, n1); /* s1 := LMS positions in text order */
+            if (rc) {
+                buckets_free(&bk);
+                return rc;
+            }
+            if (!bk.B && (rc = buckets_init(&bk, T, w, n, K, ws))) return rc;
+            /* s1 := LMS positions in text order (and their counts per symbol into A) */
+            lms_scan(T, w, n, LMS_LIST, SA, bk.A, K, n1);
             for (int32_t i = 0; i < n1; i++) {
                 if (i < n1 - PF) SA_PREFETCH_R(s1 + SA[i + PF]);
                 SA[i] = s1[SA[i]];
             }
-            if (!bk.B && (rc = buckets_init(&bk, T, w, n, K, ws))) return rc;
+        } else if (bk.A) {
+            lms_scan(T, w, n, LMS_COUNT, SA, bk.A, K, n1);
         }
     }
 
     /* Stage 3: place the sorted LMS suffixes at their bucket ends and induce the rest. */
     bucket_bounds(T, w, n, &bk, 1);
     memset(SA + n1, 0, (size_t)(n - n1) * sizeof(int32_t));
-    for (int32_t i = n1 - 1; i >= 0; i--) {
-        if (i >= 2 * PF) SA_PREFETCH_R((const char *)T + (size_t)w * SA[i - 2 * PF]);
-        if (K > BIG_K && i >= PF) SA_PREFETCH_W(bk.B + sym(T, w, SA[i - PF]));
-        int32_t p = SA[i];
-        SA[i] = 0;
-        SA[--bk.B[sym(T, w, p)]] = p;
+    if (bk.A && n1 > 0) {
+        /* sorted LMS suffixes come by symbol: A[c] of them for symbol c, no text access */
+        int32_t i = n1 - 1;
+        for (int32_t c = K - 1; c >= 0 && i >= 0; c--) {
+            int32_t *b = bk.B + c;
+            for (int32_t m = bk.A[c]; m > 0; m--, i--) {
+                int32_t p = SA[i];
+                SA[i] = 0;
+                SA[--*b] = p;
+            }
+        }
+    } else {
+        for (int32_t i = n1 - 1; i >= 0; i--) {
+            if (i >= 2 * PF) SA_PREFETCH_R((const char *)T + (size_t)w * SA[i - 2 * PF]);
+            if (K > BIG_K && i >= PF) SA_PREFETCH_W(bk.B + sym(T, w, SA[i - PF]));
+            int32_t p = SA[i];
+            SA[i] = 0;
+            SA[--bk.B[sym(T, w, p)]] = p;
+        }
     }
     bucket_bounds(T, w, n, &bk, 0);
-    induce(T, w, SA, n, bk.B, K, PASS_L3);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3);
     bucket_bounds(T, w, n, &bk, 1);
-    induce(T, w, SA, n, bk.B, K, PASS_S3);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3);
     buckets_free(&bk);
     return 0;
 }
 
 /* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32. */
-static workspace top_workspace(int32_t n) {
-    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17)};
+static workspace top_workspace(int32_t n, int plain) {
+    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), plain};
     return ws;
 }
 
 SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K) {
-    return sais_level(T, 1, SA, n, K, top_workspace(n));
+    return sais_level(T, 1, SA, n, K, top_workspace(n, 0));
 }
 
 SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K) {
-    return sais_level(T, 2, SA, n, K, top_workspace(n));
+    return sais_level(T, 2, SA, n, K, top_workspace(n, 0));
 }
 
 SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
@@ -474,7 +624,7 @@ int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) {
     return rc ? (rc > 0 ? 0 : rc) : sais_w2(T, SA, (int32_t)n, (int32_t)ke);
 }
 
-int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) {
+static int sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int plain) {
     uint32_t ke;
     int rc = check_args(T, 4, SA, n, K, &ke);
     if (rc) return rc > 0 ? 0 : rc;
@@ -483,9 +633,15 @@ int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) {
     if (ke == 0 || (ke > (uint32_t)n && ke > 65536)) {
         uint32_t *R = remap_dense(T, SA, (int32_t)n, &ke);
         if (!R) return SA_ENOMEM;
-        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n));
+        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, plain));
         free(R);
         return rc;
     }
-    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n));
+    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, plain));
+}
+
+int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u32(T, SA, n, K, 0); }
+
+int ig_sais_u32_fallback(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
+    return sais_u32(T, SA, n, K, mode == 1 || mode == 2 ? mode : 0);
 }

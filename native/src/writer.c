@@ -2,6 +2,8 @@
  * Memory at peak: the token array (width bytes per token) + the int32 suffix array + what
  * SA-IS needs on top (see sais.c) + one 1 MiB output buffer. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,6 +23,11 @@ struct ig_writer {
     int64_t n_docs, docs_cap;
     int finished;
     int64_t ntc_min_cost; /* ntdcache.bin threshold (0 = do not write it) */
+    /* tokens.bin is written as documents arrive, so the disk works while the corpus streams
+       in and SA-IS runs; -1 = not (yet) streaming: finish writes it whole */
+    int tok_fd;
+    int tok_stream_failed;
+    int64_t tok_written, tok_synced; /* tokens in the file; tokens handed to writeback */
 };
 
 int64_t ig_writer_peak_bytes(int64_t total_len, int token_width) {
@@ -46,12 +53,16 @@ int ig_writer_new(ig_writer **out, const char *dir, int token_width, uint32_t vo
     w->vocab_size = vocab_size;
     w->sep = sep;
     w->ntc_min_cost = IG_NTC_DEFAULT_MIN_COST;
+    w->tok_fd = -1;
     *out = w;
     return IG_OK;
 }
 
+static void tok_stream_drop(ig_writer *w);
+
 void ig_writer_free(ig_writer *w) {
     if (!w) return;
+    if (w->tok_fd >= 0) tok_stream_drop(w); /* never finished: remove the partial tokens.bin */
     free(w->dir);
     free(w->tokens);
     free(w->docs);
@@ -86,18 +97,50 @@ static void put_tok(ig_writer *w, int64_t i, uint32_t v) {
     }
 }
 
-int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets, int64_t n_docs,
-                       char *err, size_t errlen) {
+/* Id i of an input array of id_width-byte ids. */
+static inline uint32_t id_at(const void *ids, int id_width, int64_t i) {
+    if (id_width == 1) return ((const uint8_t *)ids)[i];
+    if (id_width == 2) return ((const uint16_t *)ids)[i];
+    return ((const uint32_t *)ids)[i];
+}
+
+/* Largest id in ids[a, b): one tight loop per width (vectorized by the compiler). */
+static uint32_t max_id(const void *ids, int id_width, int64_t a, int64_t b) {
+    uint32_t mx = 0;
+    if (id_width == 1) for (int64_t i = a; i < b; i++) mx = id_at(ids, 1, i) > mx ? id_at(ids, 1, i) : mx;
+    else if (id_width == 2) for (int64_t i = a; i < b; i++) mx = id_at(ids, 2, i) > mx ? id_at(ids, 2, i) : mx;
+    else for (int64_t i = a; i < b; i++) mx = id_at(ids, 4, i) > mx ? id_at(ids, 4, i) : mx;
+    return mx;
+}
+
+/* Copy ids[a, b) to the token array at w->len: memcpy when the widths agree. */
+static void copy_ids(ig_writer *w, const void *ids, int id_width, int64_t a, int64_t b) {
+    if (id_width == w->width) {
+        memcpy(w->tokens + (size_t)w->len * (size_t)w->width, (const uint8_t *)ids + (size_t)a * (size_t)id_width,
+               (size_t)(b - a) * (size_t)id_width);
+    } else {
+        for (int64_t i = a; i < b; i++) put_tok(w, w->len + (i - a), id_at(ids, id_width, i));
+    }
+    w->len += b - a;
+}
+
+static int tok_stream(ig_writer *w);
+
+int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int64_t *offsets, int64_t n_docs,
+                         char *err, size_t errlen) {
     if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    if (id_width != 1 && id_width != 2 && id_width != 4) return ig_fail(err, errlen, IG_ERR_ARG, "id width must be 1, 2 or 4 bytes, not %d", id_width);
     if (n_docs < 0 || (n_docs > 0 && (!ids || !offsets))) return ig_fail(err, errlen, IG_ERR_ARG, "bad documents");
     int64_t add = 0;
     for (int64_t d = 0; d < n_docs; d++) {
         if (offsets[d + 1] < offsets[d]) return ig_fail(err, errlen, IG_ERR_ARG, "offsets decrease at document %lld", (long long)d);
         add += offsets[d + 1] - offsets[d] + 1;
     }
-    for (int64_t i = offsets[0]; n_docs > 0 && i < offsets[n_docs]; i++)
-        if (ids[i] >= w->vocab_size)
-            return ig_fail(err, errlen, IG_ERR_ARG, "token id %u is outside the vocabulary (size %u)", ids[i], w->vocab_size);
+    if (n_docs > 0 && offsets[0] < offsets[n_docs] && max_id(ids, id_width, offsets[0], offsets[n_docs]) >= w->vocab_size) {
+        for (int64_t i = offsets[0]; i < offsets[n_docs]; i++) /* name the first bad id */
+            if (id_at(ids, id_width, i) >= w->vocab_size)
+                return ig_fail(err, errlen, IG_ERR_ARG, "token id %u is outside the vocabulary (size %u)", id_at(ids, id_width, i), w->vocab_size);
+    }
     if (w->len + add > IG_MAX_SHARD_TOKENS)
         return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
     if (grow((void **)&w->tokens, &w->cap, w->len + add, (size_t)w->width) ||
@@ -105,10 +148,16 @@ int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory growing the shard to %lld tokens", (long long)(w->len + add));
     for (int64_t d = 0; d < n_docs; d++) {
         w->docs[w->n_docs++] = (uint64_t)w->len;
-        for (int64_t i = offsets[d]; i < offsets[d + 1]; i++) put_tok(w, w->len++, ids[i]);
+        copy_ids(w, ids, id_width, offsets[d], offsets[d + 1]);
         put_tok(w, w->len++, w->sep);
     }
+    (void)tok_stream(w);
     return IG_OK;
+}
+
+int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets, int64_t n_docs,
+                       char *err, size_t errlen) {
+    return ig_writer_add_docs_w(w, ids, 4, offsets, n_docs, err, errlen);
 }
 
 /* ---------------------------------------------------------------- file output */
@@ -146,15 +195,98 @@ static int out_close(ig_out *o) {
     return IG_OK;
 }
 
+static void fill_header(ig_header *h, const char *magic, uint32_t width, uint64_t count, uint64_t aux1,
+                        uint64_t aux2) {
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, magic, 8);
+    h->version = IG_FORMAT_VERSION;
+    h->width = width;
+    h->count = count;
+    h->aux1 = aux1;
+    h->aux2 = aux2;
+}
+
+/* Write all of p at offset off (retrying short writes); 0 or -1. */
+static int pwrite_all(int fd, const void *p, size_t n, int64_t off) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t k = pwrite(fd, b, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+/* Ask the kernel to start writing [off, off+n) of fd back now, so that the final fsync finds
+   it done (the disk works while we compute); a hint only. */
+static void start_writeback(int fd, int64_t off, int64_t n) {
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+    (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd;
+    (void)off;
+    (void)n;
+#endif
+}
+
+static void tok_stream_drop(ig_writer *w) {
+    char path[4096];
+    close(w->tok_fd);
+    w->tok_fd = -1;
+    snprintf(path, sizeof path, "%s/tokens.bin", w->dir);
+    (void)unlink(path);
+}
+
+/* Append the tokens added since the last call to tokens.bin (opened on first use, its header
+   written at finish). Any failure just turns streaming off: finish then writes the file whole
+   and reports errors itself. */
+static int tok_stream(ig_writer *w) {
+    enum { SYNC_EVERY = 1 << 26 }; /* bytes */
+    if (w->tok_stream_failed) return -1;
+    if (w->tok_fd < 0) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/tokens.bin", w->dir) >= (int)sizeof path ||
+            (w->tok_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+            w->tok_stream_failed = 1;
+            return -1;
+        }
+    }
+    size_t width = (size_t)w->width;
+    if (pwrite_all(w->tok_fd, w->tokens + (size_t)w->tok_written * width, (size_t)(w->len - w->tok_written) * width,
+                   IG_HEADER_SIZE + w->tok_written * (int64_t)width)) {
+        tok_stream_drop(w);
+        w->tok_stream_failed = 1;
+        return -1;
+    }
+    w->tok_written = w->len;
+    if ((w->tok_written - w->tok_synced) * (int64_t)width >= SYNC_EVERY) {
+        start_writeback(w->tok_fd, IG_HEADER_SIZE + w->tok_synced * (int64_t)width,
+                        (w->tok_written - w->tok_synced) * (int64_t)width);
+        w->tok_synced = w->tok_written;
+    }
+    return 0;
+}
+
+/* Complete the streamed tokens.bin: header, then fsync. */
+static int tok_stream_close(ig_writer *w, char *err, size_t errlen) {
+    ig_header h;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokens.bin", w->dir);
+    fill_header(&h, "IGHF-TOK", (uint32_t)w->width, (uint64_t)w->len, w->vocab_size, (uint64_t)w->n_docs);
+    int bad = pwrite_all(w->tok_fd, &h, sizeof h, 0) != 0 || fsync(w->tok_fd) != 0;
+    int e = errno;
+    bad |= close(w->tok_fd) != 0;
+    w->tok_fd = -1;
+    if (bad) return ig_fail(err, errlen, IG_ERR_IO, "%s: write failed (%s)", path, strerror(e));
+    return IG_OK;
+}
+
 static int out_header(ig_out *o, const char *magic, uint32_t width, uint64_t count, uint64_t aux1, uint64_t aux2) {
     ig_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, magic, 8);
-    h.version = IG_FORMAT_VERSION;
-    h.width = width;
-    h.count = count;
-    h.aux1 = aux1;
-    h.aux2 = aux2;
+    fill_header(&h, magic, width, count, aux1, aux2);
     return out_write(o, &h, sizeof h);
 }
 
@@ -241,16 +373,44 @@ static int run_sais(ig_writer *w, int32_t *sa, char *err, size_t errlen) {
     return IG_OK;
 }
 
+/* ntdcache.bin is built on a second thread while this one writes sa.bin and waits for the disk:
+   the two passes are bound by different things (random token reads vs disk bandwidth). */
+typedef struct {
+    const ig_writer *w;
+    const int32_t *sa;
+    int64_t n_tok;
+    int rc;
+    char err[512];
+} ntc_job;
+
+static void *ntc_run(void *arg) {
+    ntc_job *j = arg;
+    ig_shard view = {.tokens = j->w->tokens, .total_len = j->w->len};
+    j->rc = ig_ntc_write(&view, j->w->width, j->sa, j->n_tok, j->w->ntc_min_cost, j->w->dir, j->err, sizeof j->err);
+    return NULL;
+}
+
 int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
     w->finished = 1;
     int64_t n = w->len, n_tok = w->len - w->n_docs;
-    int32_t *sa = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    if (!sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
-    int rc = run_sais(w, sa, err, errlen);
+    int rc = IG_OK, tok_done = 0;
+    if (w->tok_fd >= 0 && w->tok_written == w->len) {
+        rc = tok_stream_close(w, err, errlen);
+        tok_done = !rc;
+    } else if (w->tok_fd >= 0) {
+        tok_stream_drop(w); /* (cannot happen: every add streams) */
+    }
+    int32_t *sa = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!rc && !sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
+    if (!rc) rc = run_sais(w, sa, err, errlen);
     char path[4096];
     ig_out o = {0};
     int p = sa_width_for(n > 0 ? n : 1);
+    ntc_job job = {.w = w, .sa = sa, .n_tok = n_tok, .rc = IG_OK};
+    pthread_t ntc_thread;
+    int ntc_mode = 0; /* 0 none, 1 thread started, 2 run inline at the end */
+    if (!rc && w->ntc_min_cost > 0) ntc_mode = pthread_create(&ntc_thread, NULL, ntc_run, &job) == 0 ? 1 : 2;
     /* The first n_tok ranks are the suffixes that start with a real token. */
     if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "sa.bin", err, errlen))) {
         rc = out_header(&o, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)n, 0);
@@ -263,12 +423,11 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
         int rc2 = out_close(&o);
         if (!rc) rc = rc2;
     }
-    if (!rc && w->ntc_min_cost > 0) {
-        ig_shard view = {.tokens = w->tokens, .total_len = w->len};
-        rc = ig_ntc_write(&view, w->width, sa, n_tok, w->ntc_min_cost, w->dir, err, errlen);
-    }
+    if (ntc_mode == 1) pthread_join(ntc_thread, NULL);
+    if (ntc_mode == 2 && !rc) ntc_run(&job);
+    if (!rc && job.rc) rc = ig_fail(err, errlen, job.rc, "%s", job.err);
     free(sa);
-    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "tokens.bin", err, errlen))) {
+    if (!rc && !tok_done && !(rc = out_open(&o, path, sizeof path, w->dir, "tokens.bin", err, errlen))) {
         rc = out_header(&o, "IGHF-TOK", (uint32_t)w->width, (uint64_t)n, w->vocab_size, (uint64_t)w->n_docs);
         if (!rc) rc = out_write(&o, w->tokens, (size_t)n * (size_t)w->width);
         int rc2 = out_close(&o);

@@ -81,7 +81,7 @@ static int check_sa(const uint32_t *T, int64_t n, const int32_t *SA) {
 
 /* Runs ig_sais_uW on T (as w-byte symbols), checks the result; expect_sa may be NULL. */
 static void run_width(const uint32_t *T, int64_t n, uint32_t K, int w, const int32_t *expect,
-                      const char *what) {
+                      const char *what, int fallback) {
     int32_t *buf = malloc((size_t)(n + 2 * GUARD) * sizeof(int32_t)), *SA = buf + GUARD;
     void *Tw = malloc((size_t)(n ? n : 1) * (size_t)w);
     for (int64_t i = 0; i < n + 2 * GUARD; i++) buf[i] = GUARD_VAL;
@@ -91,10 +91,10 @@ static void run_width(const uint32_t *T, int64_t n, uint32_t K, int w, const int
         if (w == 4) ((uint32_t *)Tw)[i] = T[i];
     }
     int rc = w == 1 ? ig_sais_u8(Tw, SA, n, K) : w == 2 ? ig_sais_u16(Tw, SA, n, K)
-                                                        : ig_sais_u32(Tw, SA, n, K);
+           : fallback ? ig_sais_u32_fallback(Tw, SA, n, K, fallback) : ig_sais_u32(Tw, SA, n, K);
     checks++;
     if (rc != 0) {
-        FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 " returned %d", what, 8 * w, n, K, rc);
+        FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 " fallback %d returned %d", what, 8 * w, n, K, fallback, rc);
     } else {
         for (int g = 0; g < GUARD; g++)
             if (buf[g] != GUARD_VAL || SA[n + g] != GUARD_VAL) {
@@ -102,9 +102,9 @@ static void run_width(const uint32_t *T, int64_t n, uint32_t K, int w, const int
                 break;
             }
         if (expect && n && memcmp(expect, SA, (size_t)n * sizeof(int32_t)))
-            FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 ": differs from naive", what, 8 * w, n, K);
+            FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 " fallback %d: differs from naive", what, 8 * w, n, K, fallback);
         else if (!expect && !check_sa(T, n, SA))
-            FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 ": not a suffix array", what, 8 * w, n, K);
+            FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 " fallback %d: not a suffix array", what, 8 * w, n, K, fallback);
     }
     free(buf);
     free(Tw);
@@ -121,10 +121,12 @@ static void run_text(const uint32_t *T, int64_t n, uint32_t K, const char *what)
     for (int w = 1; w <= 4; w *= 2) {
         if (w < 4 && ((uint64_t)K - 1) >> (8 * w)) continue; /* K-1 does not fit in w bytes */
         uint32_t Kw = K;
-        run_width(T, n, Kw, w, expect, what);
+        run_width(T, n, Kw, w, expect, what, 0);
         /* a looser bound K must give the same answer */
-        if (w < 4 && K < (1u << (8 * w))) run_width(T, n, 1u << (8 * w), w, expect, what);
-        if (w == 4 && K < UINT32_MAX) run_width(T, n, UINT32_MAX, w, expect, what);
+        if (w < 4 && K < (1u << (8 * w))) run_width(T, n, 1u << (8 * w), w, expect, what, 0);
+        if (w == 4 && K < UINT32_MAX) run_width(T, n, UINT32_MAX, w, expect, what, 0);
+        /* the fallbacks (tight memory, texts of 2^30+ symbols) must too */
+        if (w == 4) run_width(T, n, Kw, w, expect, what, 1 + (int)(rnd() % 2));
     }
     free(expect);
 }
