@@ -16,7 +16,7 @@ VENV=$(cd "$1" && pwd)
 shift
 CC=${CC:-gcc}
 export CC
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q install)  # (--progress-bar is an install option)
 [ -n "${CI:-}" ] && PIP+=(--progress-bar off)
 
 RUNTIME=$($CC -print-file-name=libasan.so)
@@ -37,12 +37,12 @@ find "$SRC" -name __pycache__ -type d -prune -exec rm -rf {} +
 export INFINIGRAM_CFLAGS="-O1 -g -std=c99 -D_GNU_SOURCE -fvisibility=hidden -fno-omit-frame-pointer -fno-wrapv \
 -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 export INFINIGRAM_LDFLAGS="-fsanitize=address,undefined"
-"${PIP[@]}" install "setuptools>=77" wheel "cffi>=1.16"
+"${PIP[@]}" "setuptools>=77" wheel "cffi>=1.16"
 if [ ! -e "$VENV/.sanitize-deps" ]; then
-    "${PIP[@]}" install --no-build-isolation "$SRC[test]"
+    "${PIP[@]}" --no-build-isolation "$SRC[test]"
     touch "$VENV/.sanitize-deps"
 fi
-"${PIP[@]}" install --no-build-isolation --no-deps --force-reinstall "$SRC"
+"${PIP[@]}" --no-build-isolation --no-deps --force-reinstall "$SRC"
 
 # 3. run the suite with the runtime preloaded
 # libstdc++ is preloaded too: C++ extensions imported later (matplotlib's ft2font) throw
