@@ -3,8 +3,11 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import array
+import itertools
 import os
+import random
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, os.PathLike]
 _EMPTY = np.zeros(0, dtype=np.uint32)
-_OPEN_ATTEMPTS = 20
+_OPEN_PATIENCE = 30.0  # seconds open() keeps retrying while the directory keeps being replaced
 MAX_POSITIONS = 1_000_000  # positions() without a limit lists at most this many
 
 
@@ -158,18 +161,24 @@ class InfiniGramIndex:
         # A directory replaced while it is being opened (build_index(..., overwrite=True) in
         # another process) could give meta.json of one build and shard files of the other:
         # opening again when the directory changed meanwhile gives one whole index, old or new.
-        for attempt in range(_OPEN_ATTEMPTS):
+        # Retries back off (with jitter) for up to _OPEN_PATIENCE seconds: a rebuild takes far
+        # longer than an open, except in the load test, which rebuilds a tiny index nonstop.
+        deadline = time.monotonic() + _OPEN_PATIENCE
+        for attempt in itertools.count():
             before = [_identity(p) for p in paths]
             try:
                 index = cls._open_once(paths)
             except InfiniGramError:
-                if attempt + 1 < _OPEN_ATTEMPTS and [_identity(p) for p in paths] != before:
-                    continue
-                raise
-            if [_identity(p) for p in paths] == before:
-                return index
-            index.close()
-        raise InfiniGramError(f"{paths[0]}: replaced {_OPEN_ATTEMPTS} times while being opened")
+                if [_identity(p) for p in paths] == before or time.monotonic() > deadline:
+                    raise
+            else:
+                if [_identity(p) for p in paths] == before:
+                    return index
+                index.close()
+                if time.monotonic() > deadline:
+                    raise InfiniGramError(f"{paths[0]}: replaced {attempt + 1} times while being opened")
+            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+        raise AssertionError("unreachable")
 
     @classmethod
     def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":

@@ -161,7 +161,7 @@ def _exchange_works(d: Path) -> bool:
         b.rmdir()
 
 
-def test_readers_during_atomic_replacement(scratch_dir, tmp_path) -> None:
+def test_readers_during_atomic_replacement(scratch_dir, tmp_path, monkeypatch) -> None:
     work = scratch_dir / f"replace-{os.getpid()}-{time.monotonic_ns()}"
     work.mkdir()
     if not _exchange_works(work):
@@ -179,6 +179,14 @@ def test_readers_during_atomic_replacement(scratch_dir, tmp_path) -> None:
     stop = tmp_path / "stop"
 
     held = InfiniGramIndex.open(target)  # opened before: keeps answering from its own files
+    attempts = [0]
+    open_once = InfiniGramIndex._open_once.__func__
+
+    def counted(cls, paths):  # (opens that raced a replacement are tried again)
+        attempts[0] += 1
+        return open_once(cls, paths)
+
+    monkeypatch.setattr(InfiniGramIndex, "_open_once", classmethod(counted))
     seen = [0, 0]
     errors: list = []
     end = time.monotonic() + SOAK_SECONDS
@@ -219,7 +227,7 @@ def test_readers_during_atomic_replacement(scratch_dir, tmp_path) -> None:
     # Nothing left behind by the rebuilds: the target and the two reference indexes only.
     assert sorted(p.name for p in work.iterdir()) == ["ix", "ref0", "ref1"]
     print(f"\nreplacement: {builds} rebuilds in {SOAK_SECONDS:g} s, {sum(seen)} opens by 3 readers "
-          f"({seen[0]} old, {seen[1]} new), no error")
+          f"({seen[0]} old, {seen[1]} new; {attempts[0] - sum(seen)} retried after racing a rebuild), no error")
 
 
 # ---------------------------------------------------------------------------- interrupts
