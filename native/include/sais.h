@@ -12,6 +12,8 @@
  * -4 when memory runs out. Never writes outside SA[0..n) and its own allocations; keeps no
  * global state, so concurrent calls on different buffers are safe. On Linux, large T and SA
  * are advised into transparent huge pages (madvise; contents untouched, failures ignored).
+ * With more than one CPU, texts of 2^20 symbols or more get a second thread that fetches
+ * symbols ahead of the induction passes (INFINIGRAM_SAIS_THREADS=1 turns it off).
  *
  * Extra memory beyond SA, in bytes (details at the top of sais.c), Ke = max symbol + 1:
  *   u8 / u16: <= max(2n, 512 KiB); typically < 0.1n on text, ~1.2n on i.i.d. Zipf tokens.
@@ -29,10 +31,11 @@ extern "C" {
 int ig_sais_u8 (const uint8_t  *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K);
-/* Tests only: ig_sais_u32 with the slower fallbacks forced at every level (mode 1: no
-   per-bucket arrays beyond the pointers and counts, mode 2: names by comparing substrings,
-   as for texts of 2^30 symbols or more); same output. */
-int ig_sais_u32_fallback(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode);
+/* Tests only: ig_sais_u8/16/32 (w = 1, 2, 4) with paths forced at every level: mode 1 = no
+   per-bucket arrays beyond the pointers and counts, 2 = names by comparing substrings (as for
+   texts of 2^30 symbols or more), 3 = a helper thread on every pass, with tiny blocks; the
+   output is the same. */
+int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode);
 
 #ifdef __cplusplus
 }

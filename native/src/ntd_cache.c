@@ -93,15 +93,35 @@ static int write_all(FILE *f, const void *p, size_t n) { return n && fwrite(p, 1
 
 enum { NTC_K = IG_NTC_MAX_DEPTH, NTC_AHEAD = 64 };
 
-/* The first K+1 tokens of the suffix at pos (the separator past the end). */
-static inline void first_tokens(const ig_shard *v, int width, int64_t pos, uint32_t c[NTC_K + 1]) {
-    if (width == 2 && pos + NTC_K + 1 <= v->total_len) { /* the common case: one 8-byte load */
-        uint64_t x;
+/* The first K+1 tokens of the suffix at pos (the separator past the end), and how many of them
+   it shares with the previous rank's (*lcp, given prev) and where its first separator is among
+   the first K (*firstsep; K when none). For 2-byte tokens the 4 tokens are one 8-byte load and
+   both counts come from bit tricks: the loop runs once per rank, and branches on data it
+   cannot predict cost more than its memory reads. */
+static inline void first_tokens(const ig_shard *v, int width, int64_t pos, const uint32_t prev[NTC_K + 1],
+                                int have_prev, uint32_t c[NTC_K + 1], int *lcp, int *firstsep) {
+    if (width == 2 && pos + NTC_K + 1 <= v->total_len) {
+        uint64_t x, px = 0;
         memcpy(&x, v->tokens + 2 * pos, 8);
-        for (int k = 0; k <= NTC_K; k++) c[k] = (uint32_t)(x >> (16 * k)) & 0xFFFF;
+        for (int k = 0; k <= NTC_K; k++) {
+            c[k] = (uint32_t)(x >> (16 * k)) & 0xFFFF;
+            px |= (uint64_t)prev[k] << (16 * k);
+        }
+        uint64_t diff = x ^ px, y = ~x; /* separator lanes of x are the zero lanes of y */
+        uint64_t z = (y - 0x0001000100010001ull) & ~y & 0x8000800080008000ull; /* lowest is exact */
+        *lcp = !have_prev ? 0 : diff ? __builtin_ctzll(diff) >> 4 : NTC_K + 1;
+        int fs = z ? __builtin_ctzll(z) >> 4 : NTC_K;
+        *firstsep = fs < NTC_K ? fs : NTC_K;
         return;
     }
+    const uint32_t sep = ig_sep_for_width(width);
+    int fs = NTC_K, l = 0;
     for (int k = 0; k <= NTC_K; k++) c[k] = ig_tok(v, width, pos + k);
+    for (int j = NTC_K - 1; j >= 0; j--) fs = c[j] == sep ? j : fs;
+    if (have_prev)
+        while (l <= NTC_K && c[l] == prev[l]) l++;
+    *lcp = l;
+    *firstsep = fs;
 }
 
 /* Collect the cached contexts of ranks [r0, r1) into em[1..K]. r0 must start a new first
@@ -110,7 +130,6 @@ static inline void first_tokens(const ig_shard *v, int width, int64_t pos, uint3
    previous one, depth k's block goes on iff lcp >= k and its current run iff lcp > k. */
 static int collect(const ig_shard *view, int width, const int32_t *sa, int64_t r0, int64_t r1,
                    int64_t min_cost, emitted em[NTC_K + 1]) {
-    const uint32_t sep = ig_sep_for_width(width);
     runs rs[NTC_K + 1];
     int64_t block_lo[NTC_K + 1];
     uint32_t prev[NTC_K + 1] = {0};
@@ -121,11 +140,11 @@ static int collect(const ig_shard *view, int width, const int32_t *sa, int64_t r
         int firstsep = 0, lcp = 0; /* end of the rank's context tokens; tokens shared with prev */
         if (r < r1) {
             if (r + NTC_AHEAD < r1) __builtin_prefetch(view->tokens + (size_t)sa[r + NTC_AHEAD] * (size_t)width);
-            first_tokens(view, width, sa[r], c);
-            firstsep = NTC_K;
-            for (int j = NTC_K - 1; j >= 0; j--) firstsep = c[j] == sep ? j : firstsep;
-            if (have_prev)
-                while (lcp <= NTC_K && c[lcp] == prev[lcp]) lcp++;
+            first_tokens(view, width, sa[r], prev, have_prev, c, &lcp, &firstsep);
+            if (lcp > NTC_K) { /* the usual case: same K+1 tokens, every valid run goes on */
+                for (int k = 1; k <= firstsep; k++) rs[k].cnt[rs[k].n - 1]++;
+                continue;
+            }
         }
         for (int k = 1; k <= NTC_K && !rc; k++) {
             int valid = k <= firstsep, same = valid && lcp >= k; /* (an equal prefix has no sep) */

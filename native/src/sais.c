@@ -38,8 +38,11 @@
 #endif
 #include "sais.h"
 
+#include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -118,6 +121,12 @@ SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t
     for (int32_t i = K > BIG_K && n > 4 * PF ? n - 4 * PF : 0; i < n; i++) cnt[sym(T, w, i)]++;
 }
 
+/* Threading of the passes: a helper for texts of at least min_n entries, blocks of blk. */
+typedef struct {
+    int helper; /* 0: never */
+    int32_t min_n, blk;
+} par_cfg;
+
 /* Free memory a level may use for its buckets: part of the caller's SA (never overlapping this
    level's T or SA), and how many int32 it may malloc besides B. `plain` (tests) forces the
    fallbacks: 1 = no A array (compare names, place by reading symbols), 2 = compare names. */
@@ -126,6 +135,7 @@ typedef struct {
     int64_t wsn;
     int64_t budget;
     int plain;
+    par_cfg par;
 } workspace;
 
 /* One K-array from the free space or, within the budget, malloc (NULL when neither). */
@@ -252,12 +262,143 @@ SA_INLINE int32_t lms_scan(const void *restrict T, int w, int32_t n, int mode,
 
 enum { PASS_L1, PASS_S1, PASS_L3, PASS_S3, PASS_L1M, PASS_S1M };
 
-/* Position whose symbol processing entry v reads in `pass`; 0 (harmless) when v is inactive. */
-SA_INLINE int32_t active_pos(int32_t v, int pass) {
-    if (pass == PASS_S3) return v < 0 ? ~v - 1 : 0;
-    if (pass == PASS_L1M || pass == PASS_S1M) return v >= 0 && (v & VMASK) ? (v & VMASK) - 1 : 0;
-    return v > 0 ? v - 1 : 0;
+/* The predecessor an entry v induces in `pass`, or -1 when v induces nothing. */
+SA_INLINE int32_t pred_of(int32_t v, int pass) {
+    if (pass == PASS_S3) return v < 0 ? ~v - 1 : -1;
+    if (pass == PASS_L1M || pass == PASS_S1M) return v >= 0 && (v & VMASK) ? (v & VMASK) - 1 : -1;
+    return v > 0 ? v - 1 : -1;
 }
+
+/* What inducing q needs from the text: its symbol c and the type bit stored with it (L passes:
+   q's predecessor is S; S passes: it is L (stage 1) or S (stage 3)), as c << 1 | bit. */
+SA_INLINE uint32_t pred_info(const void *T, int w, int32_t q, int pass) {
+    uint32_t c = sym(T, w, q), b;
+    if (q == 0) return c << 1;
+    b = sym(T, w, q - 1);
+    if (pass == PASS_S1 || pass == PASS_S1M) return c << 1 | (b > c);
+    if (pass == PASS_S3) return c << 1 | (b <= c);
+    return c << 1 | (b < c);
+}
+
+/* ---- a helper thread for the induction passes ---------------------------------------------- *
+ * Each pass reads, for most SA entries in scan order, two symbols at a random text position:
+ * that is what bounds it (one DRAM round trip each, overlapped by prefetching). A second thread
+ * fetches them ahead of the scan: of the blocks of `blk` entries in scan order it takes two
+ * in three (the main thread, which also places the entries, gathers the third itself), and
+ * stores for each entry v it sees (v, pred_info) in a ring of cached blocks. The main thread
+ * uses a cached pair only if the entry still holds v (an entry induced into the block after
+ * the helper read it, ~3% of them, is fetched directly), so the result does not depend on
+ * timing. The main thread never waits for the helper: a block the helper has not finished is
+ * processed as without it (and the helper skips it), so a helper starved of CPU time costs
+ * little. Entries the helper reads may be written concurrently: those accesses (and the main
+ * thread's SA writes in these passes) are relaxed atomics, plain moves on common hardware. */
+#define RING 8 /* cached blocks; the helper stays less than RING blocks ahead */
+#define HELPER_SHARE(b) ((b) % 3 != 0) /* blocks the helper gathers */
+
+typedef struct {
+    const void *T;
+    int32_t *SA;
+    int32_t n, blk, nblk;
+    int w, pass;
+    uint64_t *ring;    /* RING * blk (v, info) pairs */
+    int32_t main_at;   /* atomic: block the main thread is in */
+    int32_t ready[RING]; /* atomic: block whose pairs ring slot r holds (-1: none) */
+    int32_t stop;      /* atomic */
+} helper;
+
+#define A_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define A_STORE(p, x) __atomic_store_n((p), (x), __ATOMIC_RELAXED)
+
+/* Waiting for the main thread to move on: a short spin, then sleeps that leave the CPU to it. */
+static void wait_a_little(int spins) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (spins < 16) {
+        __builtin_ia32_pause();
+        return;
+    }
+#endif
+    struct timespec ts = {0, 20000};
+    (void)spins;
+    nanosleep(&ts, NULL);
+}
+
+SA_INLINE void helper_loop(helper *h, int w, int pass) {
+    const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M;
+    const char *Tb = (const char *)h->T;
+    int32_t *S = h->SA;
+    for (int32_t b = 1; b < h->nblk && !__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE); b++) {
+        if (!HELPER_SHARE(b)) continue;
+        int32_t at = __atomic_load_n(&h->main_at, __ATOMIC_ACQUIRE);
+        for (int spins = 0; b >= at + RING - 1; spins++) { /* far enough ahead: wait */
+            if (__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) return;
+            wait_a_little(spins);
+            at = __atomic_load_n(&h->main_at, __ATOMIC_ACQUIRE);
+        }
+        if (b <= at) continue; /* the main thread got there first: skip ahead */
+        uint64_t *out = h->ring + (size_t)(b % RING) * (size_t)h->blk;
+        int32_t k0 = b * h->blk, m = h->n - k0 < h->blk ? h->n - k0 : h->blk, k;
+        for (k = 0; k < m; k++) {
+            if ((k & 1023) == 1023 && __atomic_load_n(&h->main_at, __ATOMIC_RELAXED) >= b) break;
+            int32_t i = left ? k0 + k : h->n - 1 - (k0 + k);
+            if (k + PF < m) {
+                int32_t qf = pred_of(A_LOAD(&S[left ? i + PF : i - PF]), pass);
+                SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+            }
+            int32_t v = A_LOAD(&S[i]), q = pred_of(v, pass);
+            out[k] = (uint64_t)(uint32_t)v << 32 | (q >= 0 ? pred_info(h->T, w, q, pass) : 0);
+        }
+        if (k == m) __atomic_store_n(&h->ready[b % RING], b, __ATOMIC_RELEASE);
+    }
+}
+
+static void *helper_main(void *arg) {
+    helper *h = (helper *)arg;
+#define HELPER_CASE(W)                                                                       \
+    switch (h->pass) {                                                                       \
+    case PASS_L1: helper_loop(h, W, PASS_L1); break;                                         \
+    case PASS_S1: helper_loop(h, W, PASS_S1); break;                                         \
+    case PASS_L3: helper_loop(h, W, PASS_L3); break;                                         \
+    case PASS_S3: helper_loop(h, W, PASS_S3); break;                                         \
+    case PASS_L1M: helper_loop(h, W, PASS_L1M); break;                                       \
+    default: helper_loop(h, W, PASS_S1M); break;                                             \
+    }
+    if (h->w == 1) HELPER_CASE(1)
+    else if (h->w == 2) HELPER_CASE(2)
+    else HELPER_CASE(4)
+#undef HELPER_CASE
+    return NULL;
+}
+
+/* Start a helper for one pass (0 when none: disabled, small, or no thread). */
+static int helper_start(helper *h, pthread_t *th, par_cfg par, const void *T, int w, int32_t *SA,
+                        int32_t n, int pass) {
+    if (!par.helper || n < par.min_n || n < 2 * par.blk) return 0;
+    h->T = T;
+    h->SA = SA;
+    h->n = n;
+    h->blk = par.blk;
+    h->nblk = (int32_t)(((int64_t)n + par.blk - 1) / par.blk);
+    h->w = w;
+    h->pass = pass;
+    h->main_at = 0;
+    h->stop = 0;
+    for (int r = 0; r < RING; r++) h->ready[r] = -1;
+    h->ring = (uint64_t *)malloc((size_t)RING * (size_t)par.blk * sizeof(uint64_t));
+    if (!h->ring) return 0;
+    if (pthread_create(th, NULL, helper_main, h) != 0) {
+        free(h->ring);
+        return 0;
+    }
+    return 1;
+}
+
+static void helper_stop(helper *h, pthread_t th) {
+    __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    free(h->ring);
+}
+
+/* ---- induction passes --------------------------------------------------------------------- */
 
 /* One induction pass over SA, left to right for L passes, right to left for S passes.
    The scan visits suffixes in sorted order, so the symbols it reads are at random text
@@ -265,9 +406,10 @@ SA_INLINE int32_t active_pos(int32_t v, int pass) {
    bucket pointers and the slots written are random too, so there the pipeline is 3 deep: the
    symbol at 3*PF, its bucket pointer at 2*PF, the slot to write at PF. Look-ahead entries
    that are not final yet only cost a useless prefetch. G (naming mode only) holds, per
-   bucket, the group count d of the source of the entry last induced into it (-1: none). */
+   bucket, the group count d of the source of the entry last induced into it (-1: none).
+   With a helper thread (see above) blocks it has cached take their symbols from the cache. */
 SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
-                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass) {
+                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass, par_cfg par) {
     const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M, big = K > BIG_K;
     const int32_t step = left ? 1 : -1;
     const char *Tb = (const char *)T;
@@ -283,89 +425,130 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
             SA[B[c]++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
         }
     }
-    for (int32_t k = 0, i = left ? 0 : n - 1; k < n; k++, i += step) {
-        if (!big) {
-            if (k < n - PF) SA_PREFETCH_R(Tb + (size_t)w * active_pos(SA[i + PF * step], pass));
-        } else {
-            if (k < n - 3 * PF)
-                SA_PREFETCH_R(Tb + (size_t)w * active_pos(SA[i + 3 * PF * step], pass));
-            if (k < n - 2 * PF) {
-                uint32_t c2 = sym(T, w, active_pos(SA[i + 2 * PF * step], pass));
-                SA_PREFETCH_R(B + c2);
-                if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+    helper h;
+    pthread_t th;
+    const int helped = helper_start(&h, &th, par, T, w, SA, n, pass);
+    const int32_t blk = helped ? h.blk : n;
+    int helping = helped;
+    int32_t offered = 0, missed = 0; /* helper blocks reached, and how many were not ready */
+    for (int32_t k0 = 0, b = 0; k0 < n; k0 += blk, b++) {
+        const int32_t k1 = n - k0 < blk ? n : k0 + blk;
+        const uint64_t *cache = NULL;
+        if (helping) {
+            __atomic_store_n(&h.main_at, b, __ATOMIC_RELEASE);
+            if (HELPER_SHARE(b)) {
+                offered++;
+                if (__atomic_load_n(&h.ready[b % RING], __ATOMIC_ACQUIRE) == b)
+                    cache = h.ring + (size_t)(b % RING) * (size_t)blk - k0; /* indexed by k */
+                else
+                    missed++;
+                /* a helper that finishes less than half of its blocks has no CPU of its own
+                   (a busy machine): it would only take time from this thread, so stop it */
+                if (offered >= 48 && 2 * missed > offered) {
+                    __atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+                    helping = 0;
+                }
             }
-            if (k < n - PF)
-                SA_PREFETCH_W(SA + B[sym(T, w, active_pos(SA[i + PF * step], pass))]);
         }
-        int32_t v = SA[i], q;
-        uint32_t c;
-        switch (pass) {
-        case PASS_L1: /* v > 0: induce v-1 (L) and clear; v < 0: keep -v for the S pass */
-            if (v > 0) {
-                q = v - 1;
-                c = sym(T, w, q);
-                SA[B[c]++] = (q > 0 && sym(T, w, q - 1) < c) ? -q : q;
-                SA[i] = 0;
+        for (int32_t k = k0, i = left ? k0 : n - 1 - k0; k < k1; k++, i += step) {
+            if (cache) { /* symbols are cached; fetch ahead what is not */
+                if (k < k1 - PF) {
+                    int32_t vf = SA[i + PF * step];
+                    if ((uint32_t)(cache[k + PF] >> 32) != (uint32_t)vf) {
+                        int32_t qf = pred_of(vf, pass);
+                        SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+                    } else if (big) {
+                        SA_PREFETCH_W(SA + B[(uint32_t)cache[k + PF] >> 1]);
+                    }
+                }
+                if (big && k < k1 - 2 * PF) {
+                    uint32_t c2 = (uint32_t)cache[k + 2 * PF] >> 1;
+                    if (c2 < (uint32_t)K) {
+                        SA_PREFETCH_R(B + c2);
+                        if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+                    }
+                }
+            } else if (!big) {
+                if (k < n - PF) {
+                    int32_t qf = pred_of(SA[i + PF * step], pass);
+                    SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+                }
             } else {
-                SA[i] = -v;
+                if (k < n - 3 * PF) {
+                    int32_t qf = pred_of(SA[i + 3 * PF * step], pass);
+                    SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+                }
+                if (k < n - 2 * PF) {
+                    int32_t qf = pred_of(SA[i + 2 * PF * step], pass);
+                    uint32_t c2 = sym(T, w, qf > 0 ? qf : 0);
+                    SA_PREFETCH_R(B + c2);
+                    if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+                }
+                if (k < n - PF) {
+                    int32_t qf = pred_of(SA[i + PF * step], pass);
+                    SA_PREFETCH_W(SA + B[sym(T, w, qf > 0 ? qf : 0)]);
+                }
             }
-            break;
-        case PASS_S1: /* v > 0: induce v-1 (S) and clear; an LMS suffix is stored negated */
-            if (v > 0) {
-                q = v - 1;
-                c = sym(T, w, q);
-                SA[--B[c]] = (q > 0 && sym(T, w, q - 1) > c) ? -q : q;
-                SA[i] = 0;
+            int32_t v = SA[i], q = pred_of(v, pass); /* (only this thread writes SA) */
+            uint32_t info = 0, c, tb;
+            if (q >= 0)
+                info = cache && (uint32_t)(cache[k] >> 32) == (uint32_t)v ? (uint32_t)cache[k]
+                                                                           : pred_info(T, w, q, pass);
+            c = info >> 1;
+            tb = info & 1;
+#define PUT(j, x) (helped ? A_STORE(&SA[j], (x)) : (void)(SA[j] = (x)))
+            switch (pass) {
+            case PASS_L1: /* v > 0: induce v-1 (L) and clear; v < 0: keep -v for the S pass */
+                if (q >= 0) {
+                    PUT(B[c]++, tb ? -q : q);
+                    PUT(i, 0);
+                } else {
+                    PUT(i, -v);
+                }
+                break;
+            case PASS_S1: /* v > 0: induce v-1 (S) and clear; an LMS suffix is stored negated */
+                if (q >= 0) {
+                    PUT(--B[c], tb ? -q : q);
+                    PUT(i, 0);
+                }
+                break;
+            case PASS_L1M: /* as PASS_L1; a slot's mark (a new group starts here) counts into d */
+                d += (int32_t)((uint32_t)v >> 30) & 1;
+                if (v < 0) {
+                    PUT(i, v & INT32_MAX);
+                } else if (q >= 0) {
+                    int32_t e = q | (G[c] != d ? MARK : 0); /* left to right: marks the first */
+                    PUT(B[c]++, tb ? e | INT32_MIN : e);
+                    G[c] = d;
+                    PUT(i, v & MARK);
+                }
+                break;
+            case PASS_S1M: /* as PASS_S1, right to left: an entry is marked when placed and the
+                              mark of its right neighbour (placed just before, same bucket) is
+                              cleared if the two came from one group */
+                if (q >= 0) {
+                    int32_t j = --B[c];
+                    if (G[c] == d) PUT(j + 1, SA[j + 1] & ~MARK); /* (G[c] == -1: none yet) */
+                    G[c] = d;
+                    PUT(j, tb ? (q | MARK) | INT32_MIN : q | MARK);
+                    PUT(i, SA[i] & MARK); /* (re-read: j + 1 may be i) */
+                }
+                d += (int32_t)((uint32_t)SA[i] >> 30) & 1; /* a mark here: i-1 is another group */
+                break;
+            case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
+                if (q >= 0) PUT(B[c]++, tb ? ~q : q);
+                break;
+            default: /* PASS_S3: v < 0: make it final and induce its predecessor (S) */
+                if (q >= 0) {
+                    PUT(i, ~v);
+                    PUT(--B[c], tb ? ~q : q);
+                }
+                break;
             }
-            break;
-        case PASS_L1M: /* as PASS_L1; a slot's mark (a new group starts here) counts into d */
-            d += (int32_t)((uint32_t)v >> 30) & 1;
-            if (v < 0) {
-                SA[i] = v & INT32_MAX;
-            } else if (v & VMASK) {
-                q = (v & VMASK) - 1;
-                c = sym(T, w, q);
-                int32_t e = q | (G[c] != d ? MARK : 0); /* left to right: marks the first */
-                if (q > 0 && sym(T, w, q - 1) < c) e |= INT32_MIN;
-                SA[B[c]++] = e;
-                G[c] = d;
-                SA[i] = v & MARK;
-            }
-            break;
-        case PASS_S1M: /* as PASS_S1, right to left: an entry is marked when placed and the
-                          mark of its right neighbour (placed just before, same bucket) is
-                          cleared if the two came from one group */
-            if (v >= 0 && (v & VMASK)) {
-                q = (v & VMASK) - 1;
-                c = sym(T, w, q);
-                int32_t j = --B[c];
-                if (G[c] == d) SA[j + 1] &= ~MARK; /* (G[c] == -1 before any: never equal) */
-                G[c] = d;
-                int32_t e = q | MARK;
-                if (q > 0 && sym(T, w, q - 1) > c) e |= INT32_MIN;
-                SA[j] = e;
-                SA[i] &= MARK; /* (re-read: j + 1 may be i) */
-            }
-            d += (int32_t)((uint32_t)SA[i] >> 30) & 1; /* a mark here: i-1 is another group */
-            break;
-        case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
-            if (v > 0) {
-                q = v - 1;
-                c = sym(T, w, q);
-                SA[B[c]++] = (q > 0 && sym(T, w, q - 1) < c) ? ~q : q;
-            }
-            break;
-        default: /* PASS_S3: v < 0: make it final and induce its predecessor (S) */
-            if (v < 0) {
-                v = ~v;
-                SA[i] = v;
-                q = v - 1;
-                c = sym(T, w, q);
-                SA[--B[c]] = (q > 0 && sym(T, w, q - 1) <= c) ? ~q : q;
-            }
-            break;
+#undef PUT
         }
     }
+    if (helped) helper_stop(&h, th);
 }
 
 /* ---- naming ------------------------------------------------------------------------------- */
@@ -452,17 +635,17 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
                 bk.A[c] = -1;
             }
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M);
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M, ws.par);
             bucket_bounds(T, w, n, &bk, 1);
             for (int32_t c = 0; c < K; c++) bk.A[c] = -1;
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M);
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M, ws.par);
             compact_marked(SA, n);
             K1 = name_marked(SA, n, n1);
         } else {
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1, ws.par);
             bucket_bounds(T, w, n, &bk, 1);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1, ws.par);
             int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
             for (int32_t i = 0; i < n; i++) {
                 int32_t v = SA[i];
@@ -483,7 +666,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             }
             /* keep peak memory to one level: large bucket arrays go, small ones stay */
             if ((bk.own_B | bk.own_C | bk.own_A) && K > BIG_K) buckets_free(&bk);
-            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain};
+            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain, ws.par};
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
             if (rc) {
                 buckets_free(&bk);
@@ -525,25 +708,36 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
         }
     }
     bucket_bounds(T, w, n, &bk, 0);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3, ws.par);
     bucket_bounds(T, w, n, &bk, 1);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3, ws.par);
     buckets_free(&bk);
     return 0;
 }
 
-/* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32. */
-static workspace top_workspace(int32_t n, int plain) {
-    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), plain};
+/* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32.
+   mode (tests): 0 normal, 1/2 fallbacks (see workspace), 3 a helper thread on every pass with
+   tiny blocks. INFINIGRAM_SAIS_THREADS=1 in the environment turns the helper off. */
+static workspace top_workspace(int32_t n, int mode) {
+    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : 0,
+                    {0, (int32_t)1 << 20, (int32_t)1 << 13}};
+    const char *env = getenv("INFINIGRAM_SAIS_THREADS");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    ws.par.helper = cpus > 1 && !(env && env[0] == '1' && env[1] == 0);
+    if (mode == 3) {
+        ws.par.helper = 1;
+        ws.par.min_n = 2;
+        ws.par.blk = 64;
+    }
     return ws;
 }
 
-SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K) {
-    return sais_level(T, 1, SA, n, K, top_workspace(n, 0));
+SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K, int mode) {
+    return sais_level(T, 1, SA, n, K, top_workspace(n, mode));
 }
 
-SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K) {
-    return sais_level(T, 2, SA, n, K, top_workspace(n, 0));
+SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K, int mode) {
+    return sais_level(T, 2, SA, n, K, top_workspace(n, mode));
 }
 
 SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
@@ -612,19 +806,19 @@ static uint32_t *remap_dense(const uint32_t *T, int32_t *SA, int32_t n, uint32_t
     return R;
 }
 
-int ig_sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K) {
+static int sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
     uint32_t ke;
     int rc = check_args(T, 1, SA, n, K, &ke);
-    return rc ? (rc > 0 ? 0 : rc) : sais_w1(T, SA, (int32_t)n, (int32_t)ke);
+    return rc ? (rc > 0 ? 0 : rc) : sais_w1(T, SA, (int32_t)n, (int32_t)ke, mode);
 }
 
-int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) {
+static int sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
     uint32_t ke;
     int rc = check_args(T, 2, SA, n, K, &ke);
-    return rc ? (rc > 0 ? 0 : rc) : sais_w2(T, SA, (int32_t)n, (int32_t)ke);
+    return rc ? (rc > 0 ? 0 : rc) : sais_w2(T, SA, (int32_t)n, (int32_t)ke, mode);
 }
 
-static int sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int plain) {
+static int sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
     uint32_t ke;
     int rc = check_args(T, 4, SA, n, K, &ke);
     if (rc) return rc > 0 ? 0 : rc;
@@ -633,15 +827,19 @@ static int sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int p
     if (ke == 0 || (ke > (uint32_t)n && ke > 65536)) {
         uint32_t *R = remap_dense(T, SA, (int32_t)n, &ke);
         if (!R) return SA_ENOMEM;
-        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, plain));
+        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, mode));
         free(R);
         return rc;
     }
-    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, plain));
+    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, mode));
 }
 
+int ig_sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u8(T, SA, n, K, 0); }
+int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u16(T, SA, n, K, 0); }
 int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u32(T, SA, n, K, 0); }
 
-int ig_sais_u32_fallback(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
-    return sais_u32(T, SA, n, K, mode == 1 || mode == 2 ? mode : 0);
+int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode) {
+    if (w == 1) return sais_u8((const uint8_t *)T, SA, n, K, mode);
+    if (w == 2) return sais_u16((const uint16_t *)T, SA, n, K, mode);
+    return sais_u32((const uint32_t *)T, SA, n, K, mode);
 }

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -301,6 +302,10 @@ static int sa_width_for(int64_t total_len) {
 static int write_sa(ig_out *o, const int32_t *sa, int64_t n, int p) {
     enum { CHUNK = 1 << 20 };
     static const uint8_t zero[8] = {0};
+    if (p == 4) { /* the int32 array is the file's layout already (little-endian hosts) */
+        int rc = out_write(o, sa, (size_t)n * 4);
+        return rc ? rc : out_write(o, zero, 8);
+    }
     uint8_t *buf = malloc(CHUNK);
     if (!buf) return ig_fail(o->err, o->errlen, IG_ERR_NOMEM, "out of memory");
     size_t fill = 0;
@@ -373,6 +378,19 @@ static int run_sais(ig_writer *w, int32_t *sa, char *err, size_t errlen) {
     return IG_OK;
 }
 
+/* With INFINIGRAM_BUILD_TIMING set, the time each phase of finishing a shard took goes to
+   stderr (for profiling builds; NULL starts the clock). */
+static void phase_time(const char *what) {
+    static double last;
+    const char *env = getenv("INFINIGRAM_BUILD_TIMING");
+    if (!env || !*env) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (what) fprintf(stderr, "infinigram build: %-36s %7.2f s\n", what, now - last);
+    last = now;
+}
+
 /* ntdcache.bin is built on a second thread while this one writes sa.bin and waits for the disk:
    the two passes are bound by different things (random token reads vs disk bandwidth). */
 typedef struct {
@@ -394,16 +412,13 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
     w->finished = 1;
     int64_t n = w->len, n_tok = w->len - w->n_docs;
-    int rc = IG_OK, tok_done = 0;
-    if (w->tok_fd >= 0 && w->tok_written == w->len) {
-        rc = tok_stream_close(w, err, errlen);
-        tok_done = !rc;
-    } else if (w->tok_fd >= 0) {
-        tok_stream_drop(w); /* (cannot happen: every add streams) */
-    }
-    int32_t *sa = rc ? NULL : malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    if (!rc && !sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
-    if (!rc) rc = run_sais(w, sa, err, errlen);
+    int rc = IG_OK;
+    if (w->tok_fd >= 0 && w->tok_written != w->len) tok_stream_drop(w); /* (cannot happen: every add streams) */
+    phase_time(NULL);
+    int32_t *sa = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
+    rc = run_sais(w, sa, err, errlen);
+    phase_time("suffix array (SA-IS)");
     char path[4096];
     ig_out o = {0};
     int p = sa_width_for(n > 0 ? n : 1);
@@ -423,10 +438,19 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
         int rc2 = out_close(&o);
         if (!rc) rc = rc2;
     }
+    phase_time("sa.bin + unigram.bin written");
     if (ntc_mode == 1) pthread_join(ntc_thread, NULL);
     if (ntc_mode == 2 && !rc) ntc_run(&job);
     if (!rc && job.rc) rc = ig_fail(err, errlen, job.rc, "%s", job.err);
+    phase_time("ntdcache.bin done (second thread)");
     free(sa);
+    /* tokens.bin was streamed and its writeback started long ago: complete it now */
+    int tok_done = 0;
+    if (w->tok_fd >= 0) {
+        int rc2 = tok_stream_close(w, err, errlen);
+        if (!rc) rc = rc2;
+        tok_done = !rc2;
+    }
     if (!rc && !tok_done && !(rc = out_open(&o, path, sizeof path, w->dir, "tokens.bin", err, errlen))) {
         rc = out_header(&o, "IGHF-TOK", (uint32_t)w->width, (uint64_t)n, w->vocab_size, (uint64_t)w->n_docs);
         if (!rc) rc = out_write(&o, w->tokens, (size_t)n * (size_t)w->width);
@@ -441,5 +465,6 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
         int rc2 = out_close(&o);
         if (!rc) rc = rc2;
     }
+    phase_time("tokens.bin + docs.bin completed");
     return rc;
 }
