@@ -214,13 +214,16 @@ def _run_disk_full(tmp_path: Path, mode: str, prefix: list) -> subprocess.Comple
 
 
 def _mount_prefix() -> tuple[list, str]:
-    """How to run a child that may mount a tmpfs: as root directly (prefix []), else in a user
-    and mount namespace of its own (unshare -rm), else not at all (None and why)."""
+    """How to run a child that may mount a tmpfs: in a mount namespace of its own (unshare -m as
+    root, unshare -rm with a user namespace otherwise: the mount goes away with the child even
+    if it is killed), as root directly, or not at all (None and why)."""
+    unshare = shutil.which("unshare")
+    for prefix in (["-m"], ["-rm"]) if unshare else ():
+        if (os.geteuid() == 0) == (prefix == ["-m"]) and \
+                subprocess.run([unshare, *prefix, "true"], capture_output=True).returncode == 0:
+            return [unshare, *prefix], ""
     if os.geteuid() == 0:
         return [], ""
-    unshare = shutil.which("unshare")
-    if unshare and subprocess.run([unshare, "-rm", "true"], capture_output=True).returncode == 0:
-        return [unshare, "-rm"], ""
     return None, "not root, and unshare -rm (user namespaces) is not available"
 
 
