@@ -263,14 +263,31 @@ def test_keyboard_interrupt_in_a_batch_call(big_batch, name) -> None:
     t0 = time.perf_counter()
     call()
     took = time.perf_counter() - t0
-    timer = threading.Timer(min(took / 3, 0.2), _thread.interrupt_main)
-    timer.start()
+    # Interrupt until one is seen: an interrupt that lands in a destructor (e.g. a freed result's
+    # ffi.gc callback) is swallowed by Python ("Exception ignored in ..."), so one shot may be lost.
+    done = threading.Event()
+
+    def pester() -> None:
+        delay = min(took / 3, 0.2)
+        while not done.wait(delay):
+            _thread.interrupt_main()
+
+    pest = threading.Thread(target=pester, daemon=True)
+    deadline = time.monotonic() + 60
+    pest.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            while True:  # (several calls if the first one is over before the timer fires)
+            while time.monotonic() < deadline:  # (several calls if one is over before the interrupt)
                 call()
     finally:
-        timer.join()
+        while True:  # an interrupt sent just before done was set may still be pending: absorb it
+            try:
+                done.set()
+                pest.join()
+                time.sleep(0.05)
+                break
+            except KeyboardInterrupt:
+                continue
     assert call() == want[name]
     assert ix.count([1, 2]) == ix.count_batch([[1, 2]])[0]
 
