@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -385,8 +386,10 @@ def main(argv: Any = None) -> None:
         ood = text_docs(args.ood_text)
         sim_sets["out-of-domain"] = cut_pairs(ood, args.sim_prompts, args.prompt_len, args.sim_len, seed=0)
         run_sets["out-of-domain"] = cut_pairs(ood, args.prompts, args.prompt_len, args.new_tokens, seed=1)
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "args": {k: str(v) for k, v in vars(args).items()},
-                    "index": str(index.paths[0]), "index_tokens": index.num_tokens}
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "args": {k: str(v) for k, v in vars(args).items()},
+                    "index": str(index.paths[0]), "index_tokens": index.num_tokens, "threads": args.threads,
+                    "loadavg_start": os.getloadavg()}
+    t_start = time.time()
     print("part 1: acceptance on real continuations", flush=True)
     report["simulation"] = part_simulation(index, sim_sets)
     if not args.skip_model:
@@ -395,6 +398,8 @@ def main(argv: Any = None) -> None:
         for b in args.batches:
             print(f"part 2: decoding, batch {b}", flush=True)
             report[f"batch_{b}"] = part_model(model, index, run_sets, args.new_tokens, args.reps, b)
+    report["loadavg_end"] = os.getloadavg()
+    report["wall_seconds"] = time.time() - t_start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     print(markdown(report))

@@ -15,9 +15,9 @@ Measured, side by side (methods interleaved, several repetitions, medians):
   the prompt) relative to a plain one-token decode step, for this model and for the eval
   GPT-2 (eval/train_gpt2.py, when trained), at batch 1 and batch 8;
 * greedy decoding at batch 1 and 8: plain `generate`, HF prompt lookup
-  (`prompt_lookup_num_tokens=10`; rows one after another), ours (chain, token tree, and the
-  chain with the drafter's `verify_cost` set from the measured cost curve): wall-time speedup
-  vs greedy and vs HF prompt lookup, forward passes per token, tokens per step.
+  (`prompt_lookup_num_tokens=10`; rows one after another), ours (chain and token tree; the
+  loop times its own passes and sizes drafts by what they cost): wall-time speedup vs greedy
+  and vs HF prompt lookup, forward passes per token, tokens per step.
 
     nice -n 10 .venv/bin/python eval/bench_speculative_large.py --ood-text /work/shared/data/tinyshakespeare.txt
 
@@ -41,8 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ppl_setup  # noqa: E402
 from bench_speculative import cut_pairs, left_pad, part_model, text_docs  # noqa: E402
 from oracle_model import build_oracle  # noqa: E402
-
-from infinigram_hf.drafter import InfiniGramDrafter  # noqa: E402
 
 QS = (1, 2, 3, 5, 9, 11, 13)  # tokens per verification pass: last token + k drafted
 
@@ -165,14 +163,8 @@ def main(argv: Any = None) -> None:
                   + ", ".join(f"k={int(q) - 1} {r:.2f}x" for q, r in c["relative_to_one_step"].items() if q != "1")
                   + f"; per extra token {c['per_token_cost_in_steps']:.3f} steps", flush=True)
 
-    # ---- decoding
+    # ---- decoding (our loop measures its own pass costs: no calibration needed)
     if not args.skip_decoding:
-        per_token = report["verify_cost"][name][0]["per_token_cost_in_steps"]
-        calibrated = float(min(1.0, max(1e-3, per_token)))
-        report["calibrated_verify_cost"] = calibrated
-        extra = {f"ours (chain, verify_cost={calibrated:.2f} measured)":
-                 {"drafter": InfiniGramDrafter(index, verify_cost=calibrated)}}
-
         def register(group: list) -> None:
             model.set_documents([np.concatenate([p, r]) for p, r in group])
 
@@ -181,7 +173,7 @@ def main(argv: Any = None) -> None:
             print(f"decoding, batch {b} ({n} prompts per domain)", flush=True)
             report[f"batch_{b}"] = part_model(model, index, {d: s[:n] for d, s in sets.items()}, args.new_tokens,
                                               args.reps, b, on_group=register, only=["ours (chain)", "ours (tree)"],
-                                              extra=extra, check_real=True)
+                                              check_real=True)
         report["oracle_stats"] = dict(model.oracle_stats)
     report["loadavg_end"] = os.getloadavg()
     report["wall_seconds"] = time.time() - t_start

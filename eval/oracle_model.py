@@ -41,7 +41,7 @@ class OracleGPT2(GPT2LMHeadModel):
     def __init__(self, config: GPT2Config):
         super().__init__(config)
         self.oracle_docs: Optional[List[np.ndarray]] = None
-        self.oracle_stats = {"calls": 0, "ambiguous_rows": 0, "past_end": 0}
+        self.oracle_stats = {"calls": 0, "ambiguous_rows": 0, "past_end": 0, "rows_dropped": 0}
         self.min_identify = 16  # tokens a row must share with the start of its document
 
     def set_documents(self, docs: Optional[Sequence[np.ndarray]]) -> None:
@@ -88,7 +88,7 @@ class OracleGPT2(GPT2LMHeadModel):
             if past:
                 raise ValueError("the oracle met a cache it did not see from the start")
             rows = self._identify(input_ids, mask)
-            _follow_rows(cache, rows)
+            _follow_rows(cache, rows, self.oracle_stats)
         if len(rows) != input_ids.shape[0]:
             raise ValueError(f"the oracle tracks {len(rows)} rows, the call has {input_ids.shape[0]}")
         return cache._oracle_rows
@@ -119,7 +119,7 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if len(diff) else n
 
 
-def _follow_rows(cache: Any, rows: List[int]) -> None:
+def _follow_rows(cache: Any, rows: List[int], stats: dict) -> None:
     """Store the row → document map on the cache; rows a loop keeps (batch_select_indices)
     keep their documents."""
     cache._oracle_rows = list(rows)
@@ -127,7 +127,9 @@ def _follow_rows(cache: Any, rows: List[int]) -> None:
 
     def batch_select_indices(indices: torch.Tensor) -> None:
         select(indices)
-        cache._oracle_rows = [cache._oracle_rows[i] for i in indices.reshape(-1).tolist()]
+        keep = indices.reshape(-1).tolist()
+        stats["rows_dropped"] += len(cache._oracle_rows) - len(keep)
+        cache._oracle_rows = [cache._oracle_rows[i] for i in keep]
 
     cache.batch_select_indices = batch_select_indices
 

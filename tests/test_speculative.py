@@ -360,3 +360,40 @@ def test_adaptive_caps_and_step_width(tiny_index):
     assert d.step_width([good], [draft]) == 8
     assert d.step_width([good, row], [draft, Draft(np.zeros(0, dtype=np.int64), "none", 0)]) == 8
     assert InfiniGramDrafter(tiny_index, adaptive=False).step_width([row], [draft]) == 8
+
+
+def test_measured_costs_pad_short_drafts_and_keep_identity(model, tiny_tok):
+    """With a (fake) measured cost table where passes with 1-5 draft tokens cost 3 steps and
+    with 6 only 1.1, greedy steps with drafts are sent 7 tokens wide (padded); output unchanged."""
+    import infinigram_hf.speculative as spec
+
+    class Fixed(spec._CostTable):
+        def record(self, rows, q, seconds):  # keep the fake figures
+            pass
+
+    table = Fixed()
+    for rows in (1, 2, 3):
+        for q in range(1, 8):
+            table.median[(rows, q)] = 1.0 if q == 1 else (1.1 if q == 7 else 3.0)
+    old = spec._COST_TABLES.get(model)
+    spec._COST_TABLES[model] = table
+    widths = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        rows = _prompts(tiny_tok, 3, seed=13)
+        ids, mask = _left_pad(rows)
+        ref = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+        full = torch.cat([mask, torch.ones_like(ref[:, mask.shape[1]:])], 1)
+        oracle = OracleDrafter(_real_rows(ref, full), seed=5)
+        widths.clear()
+        out = speculative_generate(model, ids, attention_mask=mask, drafter=oracle, max_new_tokens=24,
+                                   do_sample=False, pad_token_id=0)
+        assert torch.equal(out, ref)
+        steps = widths[1:]  # after the prefill
+        assert 7 in steps and not any(2 <= q <= 6 for q in steps[:3])
+    finally:
+        hook.remove()
+        if old is None:
+            del spec._COST_TABLES[model]
+        else:
+            spec._COST_TABLES[model] = old
