@@ -278,7 +278,7 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
                     rows = _rows(out, ids, mask)
                     gen_tokens[m] += sum(len(r) for r in rows)
                     if st is not None:
-                        steps[m].append(st.tokens_per_step)
+                        steps[m].append((int(st.generated.sum()), int(st.row_steps.sum()), st.tokens_per_step))
                         split[m] = [a + b for a, b in zip(split[m], (st.draft_seconds, st.model_seconds,
                                                                       st.total_seconds))]
                     rows_of[m][g] = rows
@@ -300,7 +300,11 @@ def part_model(model: Any, index: Any, sets: Dict[str, List[Pair]], new_tokens: 
                 "speedup_vs_hf_pl_median": statistics.median(ratio_pl),
                 "forward_passes_per_token": fwd[m] / max(gen_tokens[m], 1) * (batch if m not in (
                     "HF prompt lookup", "HF assisted loop + our drafter") else 1),
-                "tokens_per_step": (float(np.mean(steps[m])) if steps[m] else None),
+                # all rows' tokens over all rows' verification steps (a mean of per-row ratios would
+                # let one looping row dominate); the per-row mean is kept beside it
+                "tokens_per_step": (sum(s[0] for s in steps[m]) / max(1, sum(s[1] for s in steps[m]))
+                                    if steps[m] else None),
+                "tokens_per_step_row_mean": (float(np.mean([s[2] for s in steps[m]])) if steps[m] else None),
                 "identical_to_greedy": f"{same[m]}/{n_rows}",
             }
             if check_real:
