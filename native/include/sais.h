@@ -31,11 +31,21 @@ extern "C" {
 int ig_sais_u8 (const uint8_t  *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K);
 int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K);
-/* Tests only: ig_sais_u8/16/32 (w = 1, 2, 4) with paths forced at every level: mode 1 = no
-   per-bucket arrays beyond the pointers and counts, 2 = names by comparing substrings (as for
-   texts of 2^30 symbols or more), 3 = a helper thread on every pass, with tiny blocks; the
-   output is the same. */
-int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode);
+/* Told that SA[lo..hi) holds its final values (ranges come in decreasing order, cover [0, n)
+   once, each at most 2^22 long except the last); the callee may read them, not write. */
+typedef void (*ig_sais_progress_fn)(void *ctx, int64_t lo, int64_t hi);
+
+/* ig_sais_u8/16/32 for w = 1, 2, 4, calling done (if not NULL) as the last pass finalizes SA
+   from its end, so the caller can write the first ranges out while the rest is computed. */
+int ig_sais_final(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, ig_sais_progress_fn done,
+                  void *ctx);
+
+/* Tests only: ig_sais_final with paths forced at every level: mode 1 = no per-bucket arrays
+   beyond the pointers and counts, 2 = names by comparing substrings (as for texts of 2^30
+   symbols or more), 3 = a helper thread on every pass with tiny blocks, frequent reports;
+   the output is the same. */
+int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode, ig_sais_progress_fn done,
+                 void *ctx);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -169,6 +170,49 @@ static int collect(const ig_shard *view, int width, const int32_t *sa, int64_t r
     return rc;
 }
 
+/* The pass is bound by its random token reads, so a large shard is cut in two at a change of
+   first token (no context spans the cut) and the halves are collected on two threads. */
+typedef struct {
+    const ig_shard *view;
+    const int32_t *sa;
+    int width, rc;
+    int64_t r0, r1, min_cost;
+    emitted em[NTC_K + 1];
+} collect_job;
+
+static void *collect_run(void *arg) {
+    collect_job *j = arg;
+    j->rc = collect(j->view, j->width, j->sa, j->r0, j->r1, j->min_cost, j->em);
+    return NULL;
+}
+
+/* First rank after the run of ranks sharing rank i's first token. */
+static int64_t first_token_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
+    uint32_t t = ig_tok(v, width, sa[i]);
+    int64_t a = i + 1, b = n;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (ig_tok(v, width, sa[mid]) == t) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
+/* Append b's contexts (ranks after a's) to a's, rebasing b's entry offsets. */
+static int em_append(emitted *a, const emitted *b) {
+    if (grow_to((void **)&a->rec, &a->rec_cap, 4 * (a->n_rec + b->n_rec), sizeof *a->rec) ||
+        grow_to((void **)&a->ent, &a->ent_cap, 2 * (a->n_ent + b->n_ent), sizeof *a->ent))
+        return -1;
+    for (int64_t i = 0; i < b->n_rec; i++) {
+        int64_t *r = a->rec + 4 * (a->n_rec + i);
+        memcpy(r, b->rec + 4 * i, 4 * sizeof *r);
+        r[3] += a->n_ent;
+    }
+    if (b->n_ent) memcpy(a->ent + 2 * a->n_ent, b->ent, (size_t)b->n_ent * 2 * sizeof *a->ent);
+    a->n_rec += b->n_rec;
+    a->n_ent += b->n_ent;
+    return 0;
+}
+
 int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
                  const char *dir, char *err, size_t errlen) {
     if (min_cost <= 0) return IG_OK;
@@ -176,7 +220,20 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
     emitted em[K + 1];
     int rc = IG_OK;
     memset(em, 0, sizeof em);
-    if (collect(view, width, sa, 0, n_tok, min_cost, em)) rc = IG_ERR_NOMEM;
+    int64_t mid = n_tok >= ((int64_t)1 << 22) && sysconf(_SC_NPROCESSORS_ONLN) > 1
+                      ? first_token_end(view, width, sa, n_tok / 2, n_tok) : n_tok;
+    collect_job hi = {.view = view, .sa = sa, .width = width, .r0 = mid, .r1 = n_tok, .min_cost = min_cost};
+    pthread_t th;
+    int threaded = mid < n_tok && pthread_create(&th, NULL, collect_run, &hi) == 0;
+    if (collect(view, width, sa, 0, threaded ? mid : n_tok, min_cost, em)) rc = IG_ERR_NOMEM;
+    if (threaded) {
+        pthread_join(th, NULL);
+        for (int k = 1; k <= K; k++) {
+            if (!rc && (hi.rc || em_append(&em[k], &hi.em[k]))) rc = IG_ERR_NOMEM;
+            free(hi.em[k].rec);
+            free(hi.em[k].ent);
+        }
+    }
     if (rc) {
         ig_fail(err, errlen, rc, "out of memory collecting next-token distributions");
     } else {

@@ -136,6 +136,9 @@ typedef struct {
     int64_t budget;
     int plain;
     par_cfg par;
+    ig_sais_progress_fn done; /* top level only: told as stage 3 finalizes ranges of SA */
+    void *done_ctx;
+    int32_t done_every;       /* entries between two reports */
 } workspace;
 
 /* One K-array from the free space or, within the budget, malloc (NULL when neither). */
@@ -409,7 +412,8 @@ static void helper_stop(helper *h, pthread_t th) {
    bucket, the group count d of the source of the entry last induced into it (-1: none).
    With a helper thread (see above) blocks it has cached take their symbols from the cache. */
 SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
-                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass, par_cfg par) {
+                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass, par_cfg par,
+                      ig_sais_progress_fn done, void *done_ctx, int32_t done_every) {
     const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M, big = K > BIG_K;
     const int32_t step = left ? 1 : -1;
     const char *Tb = (const char *)T;
@@ -430,6 +434,8 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
     const int helped = helper_start(&h, &th, par, T, w, SA, n, pass);
     const int32_t blk = helped ? h.blk : n;
     int helping = helped;
+    int64_t last_done = n; /* progress reports (stage 3, top level): SA[last_done..n) told */
+    int32_t next_done = done && done_every < n ? done_every : n;
     int32_t offered = 0, missed = 0; /* helper blocks reached, and how many were not ready */
     for (int32_t k0 = 0, b = 0; k0 < n; k0 += blk, b++) {
         const int32_t k1 = n - k0 < blk ? n : k0 + blk;
@@ -451,6 +457,11 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
             }
         }
         for (int32_t k = k0, i = left ? k0 : n - 1 - k0; k < k1; k++, i += step) {
+            if (pass == PASS_S3 && done && k == next_done) { /* SA[i+1 .. n) is final */
+                done(done_ctx, (int64_t)i + 1, last_done);
+                last_done = (int64_t)i + 1;
+                next_done = next_done > n - done_every ? n : next_done + done_every;
+            }
             if (cache) { /* symbols are cached; fetch ahead what is not */
                 if (k < k1 - PF) {
                     int32_t vf = SA[i + PF * step];
@@ -549,6 +560,7 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
         }
     }
     if (helped) helper_stop(&h, th);
+    if (pass == PASS_S3 && done && last_done > 0) done(done_ctx, 0, last_done);
 }
 
 /* ---- naming ------------------------------------------------------------------------------- */
@@ -635,17 +647,17 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
                 bk.A[c] = -1;
             }
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M, ws.par);
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M, ws.par, NULL, NULL, 0);
             bucket_bounds(T, w, n, &bk, 1);
             for (int32_t c = 0; c < K; c++) bk.A[c] = -1;
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M, ws.par);
+            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M, ws.par, NULL, NULL, 0);
             compact_marked(SA, n);
             K1 = name_marked(SA, n, n1);
         } else {
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1, ws.par);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1, ws.par, NULL, NULL, 0);
             bucket_bounds(T, w, n, &bk, 1);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1, ws.par);
+            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1, ws.par, NULL, NULL, 0);
             int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
             for (int32_t i = 0; i < n; i++) {
                 int32_t v = SA[i];
@@ -666,7 +678,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             }
             /* keep peak memory to one level: large bucket arrays go, small ones stay */
             if ((bk.own_B | bk.own_C | bk.own_A) && K > BIG_K) buckets_free(&bk);
-            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain, ws.par};
+            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain, ws.par, NULL, NULL, 0};
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
             if (rc) {
                 buckets_free(&bk);
@@ -708,9 +720,9 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
         }
     }
     bucket_bounds(T, w, n, &bk, 0);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3, ws.par);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3, ws.par, NULL, NULL, 0);
     bucket_bounds(T, w, n, &bk, 1);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3, ws.par);
+    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3, ws.par, ws.done, ws.done_ctx, ws.done_every);
     buckets_free(&bk);
     return 0;
 }
@@ -718,9 +730,9 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
 /* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32.
    mode (tests): 0 normal, 1/2 fallbacks (see workspace), 3 a helper thread on every pass with
    tiny blocks. INFINIGRAM_SAIS_THREADS=1 in the environment turns the helper off. */
-static workspace top_workspace(int32_t n, int mode) {
+static workspace top_workspace(int32_t n, int mode, ig_sais_progress_fn done, void *done_ctx) {
     workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : 0,
-                    {0, (int32_t)1 << 20, (int32_t)1 << 13}};
+                    {0, (int32_t)1 << 20, (int32_t)1 << 13}, done, done_ctx, (int32_t)1 << 22};
     const char *env = getenv("INFINIGRAM_SAIS_THREADS");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     ws.par.helper = cpus > 1 && !(env && env[0] == '1' && env[1] == 0);
@@ -728,16 +740,17 @@ static workspace top_workspace(int32_t n, int mode) {
         ws.par.helper = 1;
         ws.par.min_n = 2;
         ws.par.blk = 64;
+        ws.done_every = 100;
     }
     return ws;
 }
 
-SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K, int mode) {
-    return sais_level(T, 1, SA, n, K, top_workspace(n, mode));
+SA_NOINLINE int sais_w1(const uint8_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
+    return sais_level(T, 1, SA, n, K, ws);
 }
 
-SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K, int mode) {
-    return sais_level(T, 2, SA, n, K, top_workspace(n, mode));
+SA_NOINLINE int sais_w2(const uint16_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
+    return sais_level(T, 2, SA, n, K, ws);
 }
 
 SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, workspace ws) {
@@ -806,40 +819,41 @@ static uint32_t *remap_dense(const uint32_t *T, int32_t *SA, int32_t n, uint32_t
     return R;
 }
 
-static int sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
+/* Any width: check, remap a sparse u32 alphabet, sort, report (see ig_sais_final). */
+static int sais_any(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode, ig_sais_progress_fn done,
+                    void *done_ctx) {
     uint32_t ke;
-    int rc = check_args(T, 1, SA, n, K, &ke);
-    return rc ? (rc > 0 ? 0 : rc) : sais_w1(T, SA, (int32_t)n, (int32_t)ke, mode);
-}
-
-static int sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
-    uint32_t ke;
-    int rc = check_args(T, 2, SA, n, K, &ke);
-    return rc ? (rc > 0 ? 0 : rc) : sais_w2(T, SA, (int32_t)n, (int32_t)ke, mode);
-}
-
-static int sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K, int mode) {
-    uint32_t ke;
-    int rc = check_args(T, 4, SA, n, K, &ke);
-    if (rc) return rc > 0 ? 0 : rc;
+    int rc = check_args(T, w, SA, n, K, &ke);
+    if (rc) {
+        if (rc > 0 && n > 0 && done) done(done_ctx, 0, n);
+        return rc > 0 ? 0 : rc;
+    }
+    workspace ws = top_workspace((int32_t)n, mode, done, done_ctx);
+    if (w == 1) return sais_w1((const uint8_t *)T, SA, (int32_t)n, (int32_t)ke, ws);
+    if (w == 2) return sais_w2((const uint16_t *)T, SA, (int32_t)n, (int32_t)ke, ws);
     /* ke may be 0 (wrapped: symbol 2^32-1) or far above n: sort over dense ranks instead so
        the bucket arrays stay O(n). */
     if (ke == 0 || (ke > (uint32_t)n && ke > 65536)) {
-        uint32_t *R = remap_dense(T, SA, (int32_t)n, &ke);
+        uint32_t *R = remap_dense((const uint32_t *)T, SA, (int32_t)n, &ke);
         if (!R) return SA_ENOMEM;
-        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, mode));
+        rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, ws);
         free(R);
         return rc;
     }
-    return sais_w4(T, SA, (int32_t)n, (int32_t)ke, top_workspace((int32_t)n, mode));
+    return sais_w4((const uint32_t *)T, SA, (int32_t)n, (int32_t)ke, ws);
 }
 
-int ig_sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u8(T, SA, n, K, 0); }
-int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u16(T, SA, n, K, 0); }
-int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_u32(T, SA, n, K, 0); }
+int ig_sais_u8(const uint8_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_any(T, 1, SA, n, K, 0, NULL, NULL); }
+int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_any(T, 2, SA, n, K, 0, NULL, NULL); }
+int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_any(T, 4, SA, n, K, 0, NULL, NULL); }
 
-int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode) {
-    if (w == 1) return sais_u8((const uint8_t *)T, SA, n, K, mode);
-    if (w == 2) return sais_u16((const uint16_t *)T, SA, n, K, mode);
-    return sais_u32((const uint32_t *)T, SA, n, K, mode);
+int ig_sais_final(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, ig_sais_progress_fn done, void *ctx) {
+    if (w != 1 && w != 2 && w != 4) return SA_EARG;
+    return sais_any(T, w, SA, n, K, 0, done, ctx);
+}
+
+int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode, ig_sais_progress_fn done,
+                 void *ctx) {
+    if (w != 1 && w != 2 && w != 4) return SA_EARG;
+    return sais_any(T, w, SA, n, K, mode, done, ctx);
 }

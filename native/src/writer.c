@@ -325,6 +325,78 @@ static int write_sa(ig_out *o, const int32_t *sa, int64_t n, int p) {
     return rc;
 }
 
+/* sa.bin is written while SA-IS runs: its last pass finalizes the suffix array from the end and
+   reports each finished range (ig_sais_final), which goes to the file at once and is handed
+   to writeback, so the disk works while the rest is computed. Any failure turns streaming
+   off; finish then writes the file whole and reports errors itself. */
+typedef struct {
+    int fd; /* -1: not streaming */
+    int p;
+    int64_t n_tok;
+    const int32_t *sa;
+    uint8_t *buf; /* packing buffer (p < 4) */
+} sa_stream;
+
+enum { SA_PACK = 1 << 18 }; /* entries packed per write */
+
+static void sa_stream_range(void *ctx, int64_t lo, int64_t hi) {
+    sa_stream *s = ctx;
+    if (hi > s->n_tok) hi = s->n_tok; /* ranks past n_tok are the separators' suffixes */
+    if (s->fd < 0 || lo >= hi) return;
+    int bad = 0;
+    if (s->p == 4) { /* the int32 array is the file's layout already (little-endian hosts) */
+        bad = pwrite_all(s->fd, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * 4);
+    } else {
+        for (int64_t a = lo; a < hi && !bad; a += SA_PACK) {
+            int64_t b = hi - a < SA_PACK ? hi : a + SA_PACK;
+            for (int64_t i = a; i < b; i++) {
+                uint64_t v = (uint64_t)s->sa[i];
+                memcpy(s->buf + (size_t)(i - a) * (size_t)s->p, &v, (size_t)s->p);
+            }
+            bad = pwrite_all(s->fd, s->buf, (size_t)(b - a) * (size_t)s->p, IG_HEADER_SIZE + a * s->p);
+        }
+    }
+    if (bad) {
+        close(s->fd);
+        s->fd = -1;
+        return;
+    }
+    start_writeback(s->fd, IG_HEADER_SIZE + lo * s->p, (hi - lo) * s->p);
+}
+
+/* Open sa.bin and write its header; on failure s->fd stays -1. */
+static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, int p, int64_t n_tok) {
+    char path[4096];
+    ig_header h;
+    s->fd = -1;
+    s->p = p;
+    s->n_tok = n_tok;
+    s->sa = sa;
+    s->buf = p < 4 ? malloc((size_t)SA_PACK * 8) : NULL;
+    if ((p < 4 && !s->buf) || snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
+    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fill_header(&h, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)w->len, 0);
+    if (s->fd >= 0 && pwrite_all(s->fd, &h, sizeof h, 0)) {
+        close(s->fd);
+        s->fd = -1;
+    }
+}
+
+/* Complete a streamed sa.bin (padding, fsync); 1 = done, 0 = it was not streamed (write it
+   whole), or an error code. */
+static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t errlen) {
+    static const uint8_t zero[8] = {0};
+    free(s->buf);
+    s->buf = NULL;
+    if (s->fd < 0) return 0;
+    int bad = pwrite_all(s->fd, zero, 8, IG_HEADER_SIZE + s->n_tok * s->p) != 0 || fsync(s->fd) != 0;
+    int e = errno;
+    bad |= close(s->fd) != 0;
+    s->fd = -1;
+    if (bad) return ig_fail(err, errlen, IG_ERR_IO, "%s/sa.bin: write failed (%s)", w->dir, strerror(e));
+    return 1;
+}
+
 /* End of the run of suffixes (ranks i..) that start with the same token as rank i. */
 static int64_t first_token_run_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
     uint32_t t = ig_tok(v, width, sa[i]);
@@ -362,16 +434,12 @@ static void map_separators(ig_writer *w, uint32_t from, uint32_t to) {
     }
 }
 
-static int run_sais(ig_writer *w, int32_t *sa, char *err, size_t errlen) {
+static int run_sais(ig_writer *w, int32_t *sa, ig_sais_progress_fn done, void *done_ctx, char *err, size_t errlen) {
     uint32_t K = w->vocab_size + 1;
     int rc;
     if (w->len == 0) return IG_OK; /* no documents: nothing to sort (and tokens is NULL) */
     map_separators(w, w->sep, w->vocab_size);
-    switch (w->width) {
-    case 1: rc = ig_sais_u8(w->tokens, sa, w->len, K); break;
-    case 2: rc = ig_sais_u16((const uint16_t *)(const void *)w->tokens, sa, w->len, K); break;
-    default: rc = ig_sais_u32((const uint32_t *)(const void *)w->tokens, sa, w->len, K);
-    }
+    rc = ig_sais_final(w->tokens, w->width, sa, w->len, K, done, done_ctx);
     map_separators(w, w->vocab_size, w->sep);
     if (rc == -4) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory building the suffix array of %lld tokens", (long long)w->len);
     if (rc) return ig_fail(err, errlen, IG_ERR_ARG, "suffix array construction rejected the input (%d)", rc);
@@ -417,17 +485,29 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     phase_time(NULL);
     int32_t *sa = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     if (!sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
-    rc = run_sais(w, sa, err, errlen);
-    phase_time("suffix array (SA-IS)");
+    int p = sa_width_for(n > 0 ? n : 1);
+    sa_stream ss;
+    sa_stream_open(&ss, w, sa, p, n_tok);
+    rc = run_sais(w, sa, sa_stream_range, &ss, err, errlen);
+    phase_time("suffix array (SA-IS; sa.bin streamed)");
     char path[4096];
     ig_out o = {0};
-    int p = sa_width_for(n > 0 ? n : 1);
     ntc_job job = {.w = w, .sa = sa, .n_tok = n_tok, .rc = IG_OK};
     pthread_t ntc_thread;
     int ntc_mode = 0; /* 0 none, 1 thread started, 2 run inline at the end */
     if (!rc && w->ntc_min_cost > 0) ntc_mode = pthread_create(&ntc_thread, NULL, ntc_run, &job) == 0 ? 1 : 2;
+    int sa_done = 0;
+    if (!rc) {
+        sa_done = sa_stream_close(&ss, w, err, errlen);
+        if (sa_done < 0) rc = sa_done;
+    } else if (ss.fd >= 0) { /* (failed: the build directory is discarded) */
+        close(ss.fd);
+        free(ss.buf);
+    } else {
+        free(ss.buf);
+    }
     /* The first n_tok ranks are the suffixes that start with a real token. */
-    if (!rc && !(rc = out_open(&o, path, sizeof path, w->dir, "sa.bin", err, errlen))) {
+    if (!rc && !sa_done && !(rc = out_open(&o, path, sizeof path, w->dir, "sa.bin", err, errlen))) {
         rc = out_header(&o, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)n, 0);
         if (!rc) rc = write_sa(&o, sa, n_tok, p);
         int rc2 = out_close(&o);

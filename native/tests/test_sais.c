@@ -79,6 +79,24 @@ static int check_sa(const uint32_t *T, int64_t n, const int32_t *SA) {
 #define GUARD 4
 #define GUARD_VAL ((int32_t)0x5A5A5A5A)
 
+/* Checks ig_sais_mode's progress reports: copies each reported range as it is then. */
+typedef struct {
+    int64_t next_hi; /* the next range must end here */
+    int bad;
+    const int32_t *SA;
+    int32_t *snap;
+} progress;
+
+static void on_progress(void *ctx, int64_t lo, int64_t hi) {
+    progress *p = ctx;
+    if (hi != p->next_hi || lo >= hi || lo < 0) {
+        p->bad = 1;
+        return;
+    }
+    memcpy(p->snap + lo, p->SA + lo, (size_t)(hi - lo) * sizeof(int32_t));
+    p->next_hi = lo;
+}
+
 /* Runs ig_sais_uW on T (as w-byte symbols), checks the result; expect_sa may be NULL. */
 static void run_width(const uint32_t *T, int64_t n, uint32_t K, int w, const int32_t *expect,
                       const char *what, int fallback) {
@@ -90,10 +108,14 @@ static void run_width(const uint32_t *T, int64_t n, uint32_t K, int w, const int
         if (w == 2) ((uint16_t *)Tw)[i] = (uint16_t)T[i];
         if (w == 4) ((uint32_t *)Tw)[i] = T[i];
     }
-    int rc = w == 1 ? ig_sais_u8(Tw, SA, n, K) : w == 2 ? ig_sais_u16(Tw, SA, n, K)
-           : ig_sais_u32(Tw, SA, n, K);
-    if (fallback) rc = ig_sais_mode(Tw, w, SA, n, K, fallback);
+    progress pr = {n, 0, SA, malloc((size_t)(n ? n : 1) * sizeof(int32_t))};
+    int rc = fallback ? ig_sais_mode(Tw, w, SA, n, K, fallback, on_progress, &pr)
+           : w == 1 ? ig_sais_u8(Tw, SA, n, K) : w == 2 ? ig_sais_u16(Tw, SA, n, K) : ig_sais_u32(Tw, SA, n, K);
     checks++;
+    /* progress reports: descending ranges covering [0, n), each final when reported */
+    if (fallback && rc == 0 && (pr.bad || pr.next_hi != 0 || (n && memcmp(pr.snap, SA, (size_t)n * sizeof(int32_t)))))
+        FAIL("%s: u%d n=%" PRId64 " fallback %d: progress reports wrong", what, 8 * w, n, fallback);
+    free(pr.snap);
     if (rc != 0) {
         FAIL("%s: u%d n=%" PRId64 " K=%" PRIu32 " fallback %d returned %d", what, 8 * w, n, K, fallback, rc);
     } else {
