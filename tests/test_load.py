@@ -274,6 +274,9 @@ def test_keyboard_interrupt_in_a_batch_call(big_batch, name) -> None:
 
     pest = threading.Thread(target=pester, daemon=True)
     deadline = time.monotonic() + 60
+    # interrupt_main() does nothing while SIGINT is ignored or not Python's handler (an earlier
+    # test or library may have changed it): use Python's default handler for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     pest.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -288,6 +291,7 @@ def test_keyboard_interrupt_in_a_batch_call(big_batch, name) -> None:
                 break
             except KeyboardInterrupt:
                 continue
+        signal.signal(signal.SIGINT, previous)
     assert call() == want[name]
     assert ix.count([1, 2]) == ix.count_batch([[1, 2]])[0]
 
