@@ -70,14 +70,18 @@ def worker(name: str, out_dir: str, budget: str) -> None:
     from infinigram_hf import build_index
 
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     ix = build_index(iter_docs_streamed(name), out_dir, vocab_size=corpora.VOCAB_SIZE,
                      memory_budget=budget, overwrite=True, progress=False)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)  # all threads: user + system CPU seconds
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     disk = ix.disk_bytes()
     core = sum(f.stat().st_size for f in Path(out_dir).rglob("*")
                if f.name in ("tokens.bin", "sa.bin"))
     print(json.dumps({
         "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(cpu, 2),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "tokens": ix.num_tokens, "docs": ix.num_docs, "shards": ix.num_shards,
         "bytes_per_token_total": round(disk / ix.num_tokens, 4),
@@ -120,14 +124,20 @@ def main() -> None:
         ours = dict(runs[-1])
         ours["wall_seconds_runs"] = [r["wall_seconds"] for r in runs]
         ours["wall_seconds"] = statistics.median(ours["wall_seconds_runs"])
+        ours["cpu_seconds_runs"] = [r["cpu_seconds"] for r in runs]
+        ours["cpu_seconds"] = statistics.median(ours["cpu_seconds_runs"])
         ours["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
         entry = {"date": time.strftime("%Y-%m-%d"), "loadavg_before": os.getloadavg(), "ours": ours,
                  "command": f".venv/bin/python eval/bench_build.py --corpora {name} --runs {a.runs} --budget {a.budget}"}
         if not a.no_official:
             off = build_official(name)
-            entry["official"] = {k: off[k] for k in ("build_wall_seconds", "build_step_seconds",
+            entry["official"] = {k: off[k] for k in ("build_wall_seconds", "build_step_seconds", "build_cpu_seconds",
                                                     "peak_rss_largest_process_bytes", "bytes_per_token", "tokens")}
             entry["speedup"] = round(off["build_wall_seconds"] / ours["wall_seconds"], 2)
+            # on a shared machine wall time depends on the other load; CPU time much less so
+            off_cpu = sum(off.get("build_cpu_seconds", {}).values())
+            if off_cpu:
+                entry["cpu_ratio_official_over_ours"] = round(off_cpu / ours["cpu_seconds"], 2)
             entry["peak_rss_ratio_ours_over_official"] = round(
                 ours["peak_rss_bytes"] / off["peak_rss_largest_process_bytes"], 2)
         entry["loadavg_after"] = os.getloadavg()

@@ -12,8 +12,9 @@
  * -4 when memory runs out. Never writes outside SA[0..n) and its own allocations; keeps no
  * global state, so concurrent calls on different buffers are safe. On Linux, large T and SA
  * are advised into transparent huge pages (madvise; contents untouched, failures ignored).
- * With more than one CPU, texts of 2^20 symbols or more get a second thread that fetches
- * symbols ahead of the induction passes (INFINIGRAM_SAIS_THREADS=1 turns it off).
+ * With more than one CPU and one of them idle (load average), texts of 2^20 symbols or more
+ * get a second thread that fetches symbols ahead of the induction passes
+ * (INFINIGRAM_SAIS_THREADS=1 / =2 turns it off / on whatever the load).
  *
  * Extra memory beyond SA, in bytes (details at the top of sais.c), Ke = max symbol + 1:
  *   u8 / u16: <= max(2n, 512 KiB); typically < 0.1n on text, ~1.2n on i.i.d. Zipf tokens.

@@ -729,13 +729,19 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
 
 /* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32.
    mode (tests): 0 normal, 1/2 fallbacks (see workspace), 3 a helper thread on every pass with
-   tiny blocks. INFINIGRAM_SAIS_THREADS=1 in the environment turns the helper off. */
+   tiny blocks. INFINIGRAM_SAIS_THREADS=1 / =2 in the environment turns the helper off / on
+   whatever the load. */
 static workspace top_workspace(int32_t n, int mode, ig_sais_progress_fn done, void *done_ctx) {
     workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : 0,
                     {0, (int32_t)1 << 20, (int32_t)1 << 13}, done, done_ctx, (int32_t)1 << 22};
     const char *env = getenv("INFINIGRAM_SAIS_THREADS");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    ws.par.helper = cpus > 1 && !(env && env[0] == '1' && env[1] == 0);
+    double load = 0;
+    /* a helper pays off on an idle CPU; on a machine already busy (load average, which counts
+       this thread, within half a CPU of the count) it would only compete with this thread */
+    if (getloadavg(&load, 1) != 1) load = 0;
+    ws.par.helper = cpus > 1 && load < (double)cpus - 0.5;
+    if (env && env[0] && !env[1]) ws.par.helper = env[0] == '2' ? 1 : env[0] == '1' ? 0 : ws.par.helper;
     if (mode == 3) {
         ws.par.helper = 1;
         ws.par.min_n = 2;
