@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "common.h"
 #include "infinigram_batch.h"
@@ -90,6 +93,19 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t elem) {
     return 0;
 }
 
+/* SA-IS reads the token array at random, which wants huge pages; asking for them while it
+   fills (pages not yet touched) spares collapsing it into huge pages later. A hint only. */
+static void advise_hugepages(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t H = (uintptr_t)1 << 21;
+    uintptr_t a = ((uintptr_t)p + H - 1) & ~(H - 1), e = ((uintptr_t)p + bytes) & ~(H - 1);
+    if (bytes >= ((size_t)4 << 20) && e > a) (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 static void put_tok(ig_writer *w, int64_t i, uint32_t v) {
     switch (w->width) {
     case 1: w->tokens[i] = (uint8_t)v; break;
@@ -144,9 +160,11 @@ int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int6
     }
     if (w->len + add > IG_MAX_SHARD_TOKENS)
         return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
+    int64_t old_cap = w->cap;
     if (grow((void **)&w->tokens, &w->cap, w->len + add, (size_t)w->width) ||
         grow((void **)&w->docs, &w->docs_cap, w->n_docs + n_docs, sizeof(uint64_t)))
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory growing the shard to %lld tokens", (long long)(w->len + add));
+    if (w->cap != old_cap) advise_hugepages(w->tokens, (size_t)w->cap * (size_t)w->width);
     for (int64_t d = 0; d < n_docs; d++) {
         w->docs[w->n_docs++] = (uint64_t)w->len;
         copy_ids(w, ids, id_width, offsets[d], offsets[d + 1]);
