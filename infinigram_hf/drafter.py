@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -371,15 +371,13 @@ class InfiniGramDrafter:
             return 0.0
         return row.accepted[j] / (row.accepted[j] + row.rejected[j])
 
-    def step_width(self, rows: Sequence["DraftRow"], drafts: Sequence[Draft],
-                   cost: Optional[Callable[[int], Optional[float]]] = None) -> int:
+    def step_width(self, rows: Sequence["DraftRow"], drafts: Sequence[Draft]) -> int:
         """How many draft tokens a batch verification step should take from each row.
 
         One forward pass over B rows and w draft columns costs about (1 + c_B * w) plain steps,
         where c_B = c * B / (1 + c * (B - 1)) (c = verify_cost: per token, a pass costs a fixed
-        part plus a part proportional to the tokens fed, so batches pay more per column), or
-        cost(w) plain steps when the caller measured it (None: not measured, the model above);
-        it yields B + sum over rows of the expected accepted tokens, sum_{i <= w} rate**i. The
+        part plus a part proportional to the tokens fed, so batches pay more per column); it
+        yields B + sum over rows of the expected accepted tokens, sum_{i <= w} rate**i. The
         width maximizes tokens per cost (0 = a plain step). With adaptive=False: the longest
         draft."""
         longest = max((len(d) for d in drafts), default=0)
@@ -391,8 +389,7 @@ class InfiniGramDrafter:
         best_w, best, gain = 0, float(b), 0.0
         for w in range(1, longest + 1):
             gain += sum(a ** w for a, d in zip(rates, drafts) if len(d) >= w)
-            measured = cost(w) if cost is not None else None
-            value = (b + gain) / (measured if measured is not None else 1.0 + cb * w)
+            value = (b + gain) / (1.0 + cb * w)
             if value > best:
                 best_w, best = w, value
         return best_w

@@ -15,11 +15,7 @@ The loop is our own (transformers' assisted loop refuses batches): rows advance 
 each by its own accepted length; the KV cache is cropped after every step, rows that accepted
 less keep masked columns that are squeezed out now and then, finished rows leave the batch.
 Rows with no draft cost a plain one-token step, so text the index does not know runs at greedy
-speed (the drafter's off-switch is its minimum match length). Under greedy decoding the loop
-times its own passes (per model, by rows and tokens per row) and the step's draft width weighs
-expected tokens against what a pass that wide was measured to cost on this machine (e.g. on a
-CPU a pass over 2 tokens can cost 1.6 plain steps while 5 tokens cost hardly more); it also pads
-a step to a wider pass measured cheaper. Timing steers only speed: output stays identical. With `draft_tree=True` several
+speed (the drafter's off-switch is its minimum match length). With `draft_tree=True` several
 candidate continuations are verified at once as a token tree (tree attention mask).
 
 Use it as ``model.generate(..., custom_generate=infinigram_hf.speculative.generate, index=index)``
@@ -38,8 +34,6 @@ Example:
 from __future__ import annotations
 
 import time
-import weakref
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -202,7 +196,6 @@ class _Loop:
         self.max_new = int(cfg.max_length) - p if cfg.max_length is not None else 20
         self.do_sample = bool(getattr(cfg, "do_sample", False))
         self.stops = self._extra_stops(stopping)
-        self.costs = _cost_table(model)
         self.attn_impl = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
         if tree and self.attn_impl not in ("sdpa", "eager"):
             raise ValueError(f"draft_tree needs sdpa or eager attention, the model uses {self.attn_impl!r}")
@@ -246,12 +239,11 @@ class _Loop:
         while active:
             t0 = time.perf_counter()
             plans = [self._plan(b) for b in active]
-            send = 0
             if not self.tree:  # one width for the step: a batch pays for its longest draft
-                w, send = self._width(active, plans)
+                w = self.drafter.step_width([self.rows[b] for b in active], [d for d, _ in plans])
                 plans = [(d, n) if n <= w else (_cut(d, w), w) for d, n in plans]
             t_draft += time.perf_counter() - t0
-            chunk, pos, parents, q = self._chunk(active, plans, 1 + send)
+            chunk, pos, parents, q = self._chunk(active, plans)
             t0 = time.perf_counter()
             L = _kv.cache_len(cache)
             if self.tree and q > 1:
@@ -264,8 +256,7 @@ class _Loop:
             logits = out.logits.float()
             t_model += time.perf_counter() - t0
             scores = self._process(active, plans, logits) if self.processors else logits
-            picks = self._pick(scores)  # on the host: the pass has finished (accelerators too)
-            self.costs.record(len(active), q, time.perf_counter() - t0)
+            picks = self._pick(scores)
             steps += 1
             keep_idx, n_keep, finished = [], [], []
             t0 = time.perf_counter()
@@ -328,36 +319,10 @@ class _Loop:
         d = self.drafter.draft_row(self.rows[b], room)
         return d, len(d)
 
-    def _width(self, active: list, plans: list) -> tuple[int, int]:
-        """The step's draft width w (`InfiniGramDrafter.step_width`, with this model's measured
-        pass costs; greedy only) and the width to send: wider when a wider pass was measured
-        cheaper (on CPUs, products with 2-3 rows can be slower than with 4-8), padded like
-        short drafts."""
-        longest = max(n for _, n in plans)
-        if not longest or not self.drafter.adaptive:
-            return longest, longest
-        if self.do_sample:  # timings must not steer the draws: the same seed gives the same output
-            w = self.drafter.step_width([self.rows[b] for b in active], [d for d, _ in plans])
-            return w, w
-        rows = len(active)
-        # pad only within every row's budget (positions stay below the generation's max length)
-        top = max(longest, min(min(self.max_new - len(self.gen[b]) - 1 for b in active), self.drafter.max_draft))
-        rel = [self.costs.relative(rows, w) for w in range(top + 1)]
-        eff, send = list(rel), list(range(top + 1))
-        best = None
-        for w in range(top, 0, -1):
-            if rel[w] is not None and (best is None or rel[w] < rel[best]):
-                best = w
-            if best is not None and rel[w] is not None and rel[best] < rel[w]:
-                eff[w], send[w] = rel[best], best
-        w = self.drafter.step_width([self.rows[b] for b in active], [d for d, _ in plans], cost=eff.__getitem__)
-        return w, send[w]
-
-    def _chunk(self, active: list, plans: list, min_q: int = 1) -> tuple[torch.Tensor, torch.Tensor, list, int]:
-        """Step input: per row the last token then its draft nodes (padded with the last token,
-        to at least min_q columns); position ids; per row the node parents (chunk indices, -1
-        for column 0)."""
-        q = max(min_q, 1 + max(n for _, n in plans))
+    def _chunk(self, active: list, plans: list) -> tuple[torch.Tensor, torch.Tensor, list, int]:
+        """Step input: per row the last token then its draft nodes (padded with the last token);
+        position ids; per row the node parents (chunk indices, -1 for column 0)."""
+        q = 1 + max(n for _, n in plans)
         toks = np.empty((len(active), q), dtype=np.int64)
         pos = np.empty((len(active), q), dtype=np.int64)
         parents = []
@@ -483,40 +448,6 @@ class _Loop:
             if toks:
                 out[b, self.input_ids.shape[1]:self.input_ids.shape[1] + len(toks)] = torch.tensor(toks, dtype=out.dtype)
         return out
-
-
-class _CostTable:
-    """Measured seconds of a model's verification passes on this machine, by (rows, tokens per
-    row): the median of the last few passes. Relative to a plain one-token pass of as many rows
-    it is what a step with drafts costs here (step_width's cost; unmeasured: its model)."""
-
-    WINDOW, MIN_SAMPLES = 7, 2
-
-    def __init__(self) -> None:
-        self.samples: dict = {}
-        self.median: dict = {}
-
-    def record(self, rows: int, q: int, seconds: float) -> None:
-        d = self.samples.setdefault((rows, q), deque(maxlen=self.WINDOW))
-        d.append(seconds)
-        if len(d) >= self.MIN_SAMPLES:
-            self.median[(rows, q)] = float(np.median(d))
-
-    def relative(self, rows: int, w: int) -> Optional[float]:
-        """Cost of a pass with w draft tokens per row in plain steps (None: not measured)."""
-        base, t = self.median.get((rows, 1)), self.median.get((rows, 1 + w))
-        return None if base is None or t is None or base <= 0 else t / base
-
-
-_COST_TABLES: "weakref.WeakKeyDictionary[Any, _CostTable]" = weakref.WeakKeyDictionary()
-
-
-def _cost_table(model: Any) -> _CostTable:
-    """The model's cost table (kept across generate calls while the model lives)."""
-    try:
-        return _COST_TABLES.setdefault(model, _CostTable())
-    except TypeError:  # not weak-referenceable
-        return _CostTable()
 
 
 def _cut(draft: Draft, w: int) -> Draft:
