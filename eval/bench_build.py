@@ -105,18 +105,27 @@ def build_official(name: str) -> dict:
         return json.loads(out.read_text())[name]["build"]
 
 
+def _git_head() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", nargs="+", default=["stdlib.reference", "linux200m"])
     ap.add_argument("--runs", type=int, default=3, help="builds of ours per corpus (median reported)")
     ap.add_argument("--budget", default="8GiB", help="our memory budget per shard")
     ap.add_argument("--no-official", action="store_true")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="JSON file the figures are merged into")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(*a.worker)
         return
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = json.loads(a.results.read_text()) if a.results.exists() else {}
     for name in a.corpora:
         ensure_prefix_corpus(name)
         out_dir = corpora.cache_dir() / "ours-build" / name
@@ -127,8 +136,10 @@ def main() -> None:
         ours["cpu_seconds_runs"] = [r["cpu_seconds"] for r in runs]
         ours["cpu_seconds"] = statistics.median(ours["cpu_seconds_runs"])
         ours["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
-        entry = {"date": time.strftime("%Y-%m-%d"), "loadavg_before": os.getloadavg(), "ours": ours,
-                 "command": f".venv/bin/python eval/bench_build.py --corpora {name} --runs {a.runs} --budget {a.budget}"}
+        entry = {"date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S"), "loadavg_before": os.getloadavg(),
+                 "ours": ours, "git_commit": _git_head(),
+                 "command": f".venv/bin/python eval/bench_build.py --corpora {name} --runs {a.runs} --budget {a.budget}"
+                            + (" --no-official" if a.no_official else "")}
         if not a.no_official:
             off = build_official(name)
             entry["official"] = {k: off[k] for k in ("build_wall_seconds", "build_step_seconds", "build_cpu_seconds",
@@ -142,8 +153,8 @@ def main() -> None:
                 ours["peak_rss_bytes"] / off["peak_rss_largest_process_bytes"], 2)
         entry["loadavg_after"] = os.getloadavg()
         results[name] = entry
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        a.results.parent.mkdir(parents=True, exist_ok=True)
+        a.results.write_text(json.dumps(results, indent=1) + "\n")
         print(json.dumps({name: entry}, indent=1), flush=True)
 
 
