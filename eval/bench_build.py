@@ -45,22 +45,27 @@ def ensure_prefix_corpus(name: str) -> None:
 
 
 def iter_docs_streamed(name: str, chunk_tokens: int = 1 << 24):
-    """Documents of a tokenized corpus, read sequentially in chunks (bounded memory)."""
+    """Documents of a tokenized corpus, read sequentially in chunks (bounded memory).
+
+    Chunks are read into one reused buffer (fresh memory per chunk would cost page faults and
+    zeroing), and each document is yielded as its own copy, as a user's iterator would."""
     offsets = np.load(corpora.offsets_path(name)).astype(np.int64)
     with open(corpora.tokens_path(name), "rb") as f:
         major, _ = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         _, _, dtype = read_header(f)
-        buf = np.zeros(0, dtype=dtype)
-        base = 0  # corpus offset of buf[0]
+        dtype = np.dtype(dtype)
+        longest = int(np.diff(offsets).max()) if len(offsets) > 1 else 0
+        buf = np.empty(max(chunk_tokens, longest), dtype=dtype)
+        lo = hi = 0  # buf[0:hi-lo] holds corpus tokens [lo, hi)
         for i in range(len(offsets) - 1):
             a, b = int(offsets[i]), int(offsets[i + 1])
-            while b > base + len(buf):
-                keep = buf[a - base:]
-                more = np.fromfile(f, dtype=dtype, count=max(chunk_tokens, b - base - len(buf)))
-                buf = np.concatenate([keep, more])
-                base = a
-            yield buf[a - base:b - base]
+            if b > hi:  # move the unread tail to the front and refill
+                buf[:hi - a] = buf[a - lo:hi - lo]
+                lo = a
+                got = f.readinto(memoryview(buf[hi - a:]).cast("B")) // dtype.itemsize
+                hi += got
+            yield buf[a - lo:b - lo].copy()
 
 
 def worker(name: str, out_dir: str, budget: str) -> None:

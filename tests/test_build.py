@@ -177,6 +177,7 @@ def test_pretokenized_lists_and_arrays(tmp_path) -> None:
     ([[0, -3]], 10, "-3"),
     ([[0, 2**40]], 2**32 - 2, str(2**40)),
     ([np.array([0.5, 1.0])], 10, "integer"),
+    ([np.array([0, 1], dtype=np.uint16), np.array([3, 12], dtype=np.uint16)], 10, "12"),  # checked in C
 ])
 def test_pretokenized_bad_ids(tmp_path, docs, vocab, match) -> None:
     with pytest.raises(ValueError, match=match):

@@ -15,6 +15,7 @@
 #include "common.h"
 #include "infinigram_batch.h"
 #include "ntd_cache.h"
+#include "prefault.h"
 #include "sais.h"
 
 struct ig_writer {
@@ -32,6 +33,11 @@ struct ig_writer {
     int tok_fd;
     int tok_stream_failed;
     int64_t tok_written, tok_synced; /* tokens in the file; tokens handed to writeback */
+    /* The token array and the suffix array live in address space reserved for the largest
+       shard, their pages faulted in by background threads while documents arrive (prefault.c).
+       NULL: not available, tokens are realloc'd as they grow and SA malloc'd at finish. */
+    ig_prefault *tok_mem, *sa_mem;
+    int mem_tried;
 };
 
 int64_t ig_writer_peak_bytes(int64_t total_len, int token_width) {
@@ -67,8 +73,10 @@ static void tok_stream_drop(ig_writer *w);
 void ig_writer_free(ig_writer *w) {
     if (!w) return;
     if (w->tok_fd >= 0) tok_stream_drop(w); /* never finished: remove the partial tokens.bin */
+    ig_prefault_free(w->sa_mem);
+    if (w->tok_mem) ig_prefault_free(w->tok_mem);
+    else free(w->tokens);
     free(w->dir);
-    free(w->tokens);
     free(w->docs);
     free(w);
 }
@@ -160,17 +168,31 @@ int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int6
     }
     if (w->len + add > IG_MAX_SHARD_TOKENS)
         return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
+    if (!w->mem_tried && add > 0) { /* first documents: reserve for the largest shard there can be */
+        w->mem_tried = 1;
+        if ((w->tok_mem = ig_prefault_new((size_t)IG_MAX_SHARD_TOKENS * (size_t)w->width, 0))) {
+            w->tokens = ig_prefault_base(w->tok_mem);
+            w->cap = IG_MAX_SHARD_TOKENS;
+        }
+        w->sa_mem = ig_prefault_new((size_t)IG_MAX_SHARD_TOKENS * sizeof(int32_t), 1);
+    }
     int64_t old_cap = w->cap;
     if (grow((void **)&w->tokens, &w->cap, w->len + add, (size_t)w->width) ||
         grow((void **)&w->docs, &w->docs_cap, w->n_docs + n_docs, sizeof(uint64_t)))
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory growing the shard to %lld tokens", (long long)(w->len + add));
-    if (w->cap != old_cap) advise_hugepages(w->tokens, (size_t)w->cap * (size_t)w->width);
+    if (w->cap != old_cap && !w->tok_mem) advise_hugepages(w->tokens, (size_t)w->cap * (size_t)w->width);
     for (int64_t d = 0; d < n_docs; d++) {
         w->docs[w->n_docs++] = (uint64_t)w->len;
         copy_ids(w, ids, id_width, offsets[d], offsets[d + 1]);
         put_tok(w, w->len++, w->sep);
     }
     (void)tok_stream(w);
+    /* the next documents' token pages (a quarter of what came so far, at most 16M tokens:
+       memory held ahead stays small) and the suffix array of what came so far */
+    int64_t ahead = w->len / 4 < ((int64_t)1 << 24) ? w->len / 4 : ((int64_t)1 << 24);
+    int64_t tok_want = w->len + ahead < IG_MAX_SHARD_TOKENS ? w->len + ahead : IG_MAX_SHARD_TOKENS;
+    ig_prefault_want(w->tok_mem, (size_t)tok_want * (size_t)w->width);
+    ig_prefault_want(w->sa_mem, (size_t)w->len * sizeof(int32_t));
     return IG_OK;
 }
 
@@ -500,8 +522,12 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     int64_t n = w->len, n_tok = w->len - w->n_docs;
     int rc = IG_OK;
     if (w->tok_fd >= 0 && w->tok_written != w->len) tok_stream_drop(w); /* (cannot happen: every add streams) */
+    (void)ig_prefault_take(w->tok_mem, 0); /* no more token pages ahead: stop that thread */
     phase_time(NULL);
-    int32_t *sa = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    size_t sa_bytes = (size_t)(n ? n : 1) * sizeof(int32_t);
+    int32_t *sa = ig_prefault_take(w->sa_mem, sa_bytes);
+    int sa_owned = !sa;
+    if (sa_owned) sa = malloc(sa_bytes);
     if (!sa) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory for the suffix array of %lld tokens", (long long)n);
     int p = sa_width_for(n > 0 ? n : 1);
     sa_stream ss;
@@ -541,7 +567,9 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     if (ntc_mode == 2 && !rc) ntc_run(&job);
     if (!rc && job.rc) rc = ig_fail(err, errlen, job.rc, "%s", job.err);
     phase_time("ntdcache.bin done (second thread)");
-    free(sa);
+    if (sa_owned) free(sa);
+    ig_prefault_free(w->sa_mem); /* (the suffix array, when it lived there) */
+    w->sa_mem = NULL;
     /* tokens.bin was streamed and its writeback started long ago: complete it now */
     int tok_done = 0;
     if (w->tok_fd >= 0) {
