@@ -42,8 +42,9 @@ struct ig_prefault {
     int populate;  /* MADV_POPULATE_WRITE works (cleared on the first failure) */
 };
 
-#ifdef IG_HAVE_PREFAULT
 enum { PAGE = 4096, STEP = 2 << 20 }; /* touch a page at a time, publish progress per 2 MiB */
+
+#ifdef IG_HAVE_PREFAULT
 
 /* Fault in bytes [a, b) of the buffer. */
 static void fault_in(ig_prefault *p, size_t a, size_t b) {
@@ -149,7 +150,14 @@ static void stop_thread(ig_prefault *p) {
 void *ig_prefault_take(ig_prefault *p, size_t bytes) {
     if (!p) return NULL;
     stop_thread(p);
-    return bytes <= p->reserved ? p->base : NULL;
+    if (bytes > p->reserved) return NULL;
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    /* pages faulted in ahead of need and never used go back: peak memory stays what the
+       caller accounts for */
+    size_t keep = (bytes + PAGE - 1) & ~(size_t)(PAGE - 1);
+    if (p->done > keep) (void)madvise(p->base + keep, p->done - keep, MADV_DONTNEED);
+#endif
+    return p->base;
 }
 
 void ig_prefault_free(ig_prefault *p) {

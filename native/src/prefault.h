@@ -21,7 +21,8 @@ void *ig_prefault_base(ig_prefault *p);
 void ig_prefault_want(ig_prefault *p, size_t bytes);
 
 /* Stop the thread and return the buffer, its first `bytes` usable (zero where never written),
-   or NULL when bytes exceeds the reservation. The buffer lives until ig_prefault_free. */
+   or NULL when bytes exceeds the reservation; pages faulted in beyond `bytes` are released.
+   The buffer lives until ig_prefault_free. */
 void *ig_prefault_take(ig_prefault *p, size_t bytes);
 
 /* Stop the thread (if running) and release the buffer. NULL is fine. */

@@ -522,7 +522,7 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     int64_t n = w->len, n_tok = w->len - w->n_docs;
     int rc = IG_OK;
     if (w->tok_fd >= 0 && w->tok_written != w->len) tok_stream_drop(w); /* (cannot happen: every add streams) */
-    (void)ig_prefault_take(w->tok_mem, 0); /* no more token pages ahead: stop that thread */
+    (void)ig_prefault_take(w->tok_mem, (size_t)w->len * (size_t)w->width); /* stop; drop pages ahead */
     phase_time(NULL);
     size_t sa_bytes = (size_t)(n ? n : 1) * sizeof(int32_t);
     int32_t *sa = ig_prefault_take(w->sa_mem, sa_bytes);
