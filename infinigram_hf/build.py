@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -182,6 +183,18 @@ class _Tokenized:
 # ------------------------------------------------------------------ the build
 
 
+_phase_clock = [0.0]
+
+
+def _phase(what: str) -> None:
+    """With INFINIGRAM_BUILD_TIMING set, print how long the build's phase took (as the C core
+    does for the phases of finishing a shard)."""
+    now = time.perf_counter()
+    if os.environ.get("INFINIGRAM_BUILD_TIMING") and what:
+        print(f"infinigram build: {what:<36} {now - _phase_clock[0]:7.2f} s", file=sys.stderr, flush=True)
+    _phase_clock[0] = now
+
+
 def build_index(
     source: Any,
     out_dir: Union[str, os.PathLike],
@@ -254,6 +267,7 @@ def build_index(
     writer: Optional[ShardWriter] = None
     metawriter: Optional[fmt.DocMetaWriter] = None
     started = time.time()
+    _phase("")
     bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
     try:
         shards: list[dict] = []
@@ -266,7 +280,9 @@ def build_index(
             return w, (fmt.DocMetaWriter(d) if has_meta else None)
 
         def close_shard() -> None:
+            _phase("documents taken in")
             entry = writer.finish()
+            _phase("")  # (the C core timed its own phases)
             if metawriter is not None:
                 metawriter.close()
             shards.append(entry)
@@ -331,7 +347,9 @@ def build_index(
         if save_tokenizer and tok is not None and hasattr(tok, "save_pretrained"):
             tok.save_pretrained(str(tmp / "tokenizer"))
         fmt.write_meta(tmp, meta)
+        _phase("meta.json, tokenizer")
         _publish(tmp, out, overwrite)
+        _phase("published")
     except BaseException:
         if metawriter is not None:
             metawriter.abort()

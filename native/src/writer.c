@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "infinigram_batch.h"
+#include "async_write.h"
 #include "ntd_cache.h"
 #include "prefault.h"
 #include "sais.h"
@@ -33,6 +34,7 @@ struct ig_writer {
     int tok_fd;
     int tok_stream_failed;
     int64_t tok_written, tok_synced; /* tokens in the file; tokens handed to writeback */
+    ig_awriter *tok_aw; /* writes tokens.bin on a thread (only with tok_mem: tokens never move) */
     /* The token array and the suffix array live in address space reserved for the largest
        shard, their pages faulted in by background threads while documents arrive (prefault.c).
        NULL: not available, tokens are realloc'd as they grow and SA malloc'd at finish. */
@@ -72,6 +74,7 @@ static void tok_stream_drop(ig_writer *w);
 
 void ig_writer_free(ig_writer *w) {
     if (!w) return;
+    if (w->tok_aw) (void)ig_aw_finish(w->tok_aw); /* (before the file and the tokens go) */
     if (w->tok_fd >= 0) tok_stream_drop(w); /* never finished: remove the partial tokens.bin */
     ig_prefault_free(w->sa_mem);
     if (w->tok_mem) ig_prefault_free(w->tok_mem);
@@ -281,9 +284,28 @@ static void tok_stream_drop(ig_writer *w) {
     (void)unlink(path);
 }
 
+/* Turn streaming tokens.bin off (finish then writes the file whole and reports errors). */
+static void tok_stream_fail(ig_writer *w) {
+    if (w->tok_aw) (void)ig_aw_finish(w->tok_aw);
+    w->tok_aw = NULL;
+    if (w->tok_fd >= 0) tok_stream_drop(w);
+    w->tok_stream_failed = 1;
+}
+
+/* Wait for the queued tokens.bin writes (before finish changes the token array); 0 or -1
+   (streaming is then off). */
+static int tok_stream_drain(ig_writer *w) {
+    if (!w->tok_aw) return w->tok_stream_failed ? -1 : 0;
+    int bad = ig_aw_finish(w->tok_aw);
+    w->tok_aw = NULL;
+    if (bad) tok_stream_fail(w);
+    return bad;
+}
+
 /* Append the tokens added since the last call to tokens.bin (opened on first use, its header
-   written at finish). Any failure just turns streaming off: finish then writes the file whole
-   and reports errors itself. */
+   written at finish): queued for the writer thread when the token array never moves, else
+   written here. Any failure just turns streaming off: finish then writes the file whole and
+   reports errors itself. */
 static int tok_stream(ig_writer *w) {
     enum { SYNC_EVERY = 1 << 26 }; /* bytes */
     if (w->tok_stream_failed) return -1;
@@ -294,15 +316,18 @@ static int tok_stream(ig_writer *w) {
             w->tok_stream_failed = 1;
             return -1;
         }
+        if (w->tok_mem) w->tok_aw = ig_aw_new(w->tok_fd); /* (NULL: write here) */
     }
     size_t width = (size_t)w->width;
-    if (pwrite_all(w->tok_fd, w->tokens + (size_t)w->tok_written * width, (size_t)(w->len - w->tok_written) * width,
-                   IG_HEADER_SIZE + w->tok_written * (int64_t)width)) {
-        tok_stream_drop(w);
-        w->tok_stream_failed = 1;
+    const uint8_t *src = w->tokens + (size_t)w->tok_written * width;
+    size_t bytes = (size_t)(w->len - w->tok_written) * width;
+    int64_t off = IG_HEADER_SIZE + w->tok_written * (int64_t)width;
+    if (w->tok_aw ? ig_aw_put(w->tok_aw, src, bytes, off, 0) : pwrite_all(w->tok_fd, src, bytes, off)) {
+        tok_stream_fail(w);
         return -1;
     }
     w->tok_written = w->len;
+    if (w->tok_aw) return 0; /* (the thread starts writeback itself) */
     if ((w->tok_written - w->tok_synced) * (int64_t)width >= SYNC_EVERY) {
         start_writeback(w->tok_fd, IG_HEADER_SIZE + w->tok_synced * (int64_t)width,
                         (w->tok_written - w->tok_synced) * (int64_t)width);
@@ -375,6 +400,8 @@ typedef struct {
     int64_t n_tok;
     const int32_t *sa;
     uint8_t *buf; /* packing buffer (p < 4) */
+    ig_awriter *aw; /* writes on a thread (NULL: here) */
+    int aw_failed;  /* a range could not be queued: the file is incomplete */
 } sa_stream;
 
 enum { SA_PACK = 1 << 18 }; /* entries packed per write */
@@ -383,6 +410,12 @@ static void sa_stream_range(void *ctx, int64_t lo, int64_t hi) {
     sa_stream *s = ctx;
     if (hi > s->n_tok) hi = s->n_tok; /* ranks past n_tok are the separators' suffixes */
     if (s->fd < 0 || lo >= hi) return;
+    if (s->aw) {
+        if (!s->aw_failed)
+            s->aw_failed = ig_aw_put(s->aw, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * s->p,
+                                     s->p == 4 ? 0 : s->p) != 0;
+        return;
+    }
     int bad = 0;
     if (s->p == 4) { /* the int32 array is the file's layout already (little-endian hosts) */
         bad = pwrite_all(s->fd, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * 4);
@@ -412,6 +445,8 @@ static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, 
     s->p = p;
     s->n_tok = n_tok;
     s->sa = sa;
+    s->aw = NULL;
+    s->aw_failed = 0;
     s->buf = p < 4 ? malloc((size_t)SA_PACK * 8) : NULL;
     if ((p < 4 && !s->buf) || snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
     s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -420,6 +455,15 @@ static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, 
         close(s->fd);
         s->fd = -1;
     }
+    if (s->fd >= 0) s->aw = ig_aw_new(s->fd);
+}
+
+/* Wait for the writer thread, if any; -1 when some range did not reach the file. */
+static int sa_stream_drain(sa_stream *s) {
+    if (!s->aw) return 0;
+    int bad = ig_aw_finish(s->aw) || s->aw_failed;
+    s->aw = NULL;
+    return bad ? -1 : 0;
 }
 
 /* Complete a streamed sa.bin (padding, fsync); 1 = done, 0 = it was not streamed (write it
@@ -428,6 +472,10 @@ static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t e
     static const uint8_t zero[8] = {0};
     free(s->buf);
     s->buf = NULL;
+    if (s->fd >= 0 && sa_stream_drain(s)) { /* incomplete: finish writes it whole */
+        close(s->fd);
+        s->fd = -1;
+    }
     if (s->fd < 0) return 0;
     int bad = pwrite_all(s->fd, zero, 8, IG_HEADER_SIZE + s->n_tok * s->p) != 0 || fsync(s->fd) != 0;
     int e = errno;
@@ -521,6 +569,7 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     w->finished = 1;
     int64_t n = w->len, n_tok = w->len - w->n_docs;
     int rc = IG_OK;
+    (void)tok_stream_drain(w); /* the token array changes below (separators remapped for SA-IS) */
     if (w->tok_fd >= 0 && w->tok_written != w->len) tok_stream_drop(w); /* (cannot happen: every add streams) */
     (void)ig_prefault_take(w->tok_mem, (size_t)w->len * (size_t)w->width); /* stop; drop pages ahead */
     phase_time(NULL);
@@ -545,6 +594,7 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
         sa_done = sa_stream_close(&ss, w, err, errlen);
         if (sa_done < 0) rc = sa_done;
     } else if (ss.fd >= 0) { /* (failed: the build directory is discarded) */
+        (void)sa_stream_drain(&ss);
         close(ss.fd);
         free(ss.buf);
     } else {
