@@ -319,6 +319,7 @@ def build_index(
             bar.update(n_docs)
             elapsed = max(time.time() - started, 1e-9)
             bar.set_postfix(tokens=f"{tokens_seen:,}", tok_per_s=f"{tokens_seen / elapsed:,.0f}")
+        seqs = metas = ids = scratch = None  # the last batch's memory goes before the peak of finishing
         if writer.num_docs or not shards:
             close_shard()
         writer = None

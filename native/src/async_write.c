@@ -6,7 +6,9 @@
  * Handing the writes to a thread takes that copy off the build's critical path whenever a
  * core is free. Writes happen in the order they were queued; the first failure stops them and
  * is reported at the end (the caller then writes the file the slow way). */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sync_file_range */
+#endif
 #include "async_write.h"
 
 #include <errno.h>

@@ -37,6 +37,7 @@
 #define _DEFAULT_SOURCE /* madvise() under -std=c99 */
 #endif
 #include "sais.h"
+#include "parallel.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -591,20 +592,61 @@ SA_INLINE int32_t name_lms(const void *restrict T, int w, int32_t *restrict SA, 
     return name;
 }
 
-/* Naming mode: SA[0..n1) holds the sorted LMS positions with bit 30 set where a new LMS
-   substring starts (see compact_marked). Same output as name_lms, no text access. */
-static int32_t name_marked(int32_t *restrict SA, int32_t n, int32_t n1) {
-    int32_t *slot = SA + n1;
-    memset(slot, 0, (size_t)(n - n1) * sizeof(int32_t));
-    int32_t name = 0;
-    for (int32_t i = 0; i < n1; i++) {
-        if (i < n1 - PF) SA_PREFETCH_W(slot + ((SA[i + PF] & VMASK) >> 1));
+/* Two halves of a pass over SA on two threads (the second one a helper thread) when the
+   helper policy allows: these loops are bound by random writes or reads, which two cores
+   overlap. Each half is one contiguous range. */
+typedef struct {
+    int32_t *SA;
+    const int32_t *src; /* unmap: the LMS positions in text order */
+    int32_t n, n1;
+    int32_t mid, names_before_mid; /* naming: marks in SA[0..mid) */
+} halves;
+
+static int par_halves(int64_t n_items, par_cfg par, ig_work_fn fn, void *ctx) {
+    int threads = par.helper && n_items >= par.min_n ? 2 : 1;
+    return ig_parallel_for(n_items, threads, (n_items + threads - 1) / threads, fn, ctx);
+}
+
+/* Naming mode, SA[b..e): each LMS position gets the count of marks up to its own. */
+static int name_marked_range(void *ctx, int tid, int64_t b, int64_t e) {
+    halves *h = (halves *)ctx;
+    int32_t *restrict SA = h->SA, *restrict slot = h->SA + h->n1;
+    int32_t name = b == 0 ? 0 : h->names_before_mid; /* (b is 0 or mid) */
+    (void)tid;
+    for (int32_t i = (int32_t)b; i < (int32_t)e; i++) {
+        if (i < (int32_t)e - PF) SA_PREFETCH_W(slot + ((SA[i + PF] & VMASK) >> 1));
         int32_t v = SA[i], p = v & VMASK;
         name += (v >> 30) & 1;
         SA[i] = p;
         slot[p >> 1] = name;
     }
-    return name;
+    return 0;
+}
+
+/* Naming mode: SA[0..n1) holds the sorted LMS positions with bit 30 set where a new LMS
+   substring starts (see compact_marked). Same output as name_lms, no text access. */
+static int32_t name_marked(int32_t *restrict SA, int32_t n, int32_t n1, par_cfg par) {
+    memset(SA + n1, 0, (size_t)(n - n1) * sizeof(int32_t));
+    int32_t before = 0, total, mid = n1 - n1 / 2; /* (where par_halves cuts) */
+    for (int32_t i = 0; i < mid; i++) before += (SA[i] >> 30) & 1;
+    total = before;
+    for (int32_t i = mid; i < n1; i++) total += (SA[i] >> 30) & 1;
+    halves h = {SA, NULL, n, n1, mid, before};
+    (void)par_halves(n1, par, name_marked_range, &h);
+    return total;
+}
+
+/* SA[i] := src[SA[i]] for i in [b, e): from ranks of the reduced problem to text positions. */
+static int unmap_range(void *ctx, int tid, int64_t b, int64_t e) {
+    halves *h = (halves *)ctx;
+    int32_t *restrict SA = h->SA;
+    const int32_t *restrict src = h->src;
+    (void)tid;
+    for (int32_t i = (int32_t)b; i < (int32_t)e; i++) {
+        if (i < (int32_t)e - PF) SA_PREFETCH_R(src + SA[i + PF]);
+        SA[i] = src[SA[i]];
+    }
+    return 0;
 }
 
 /* After PASS_S1M exactly the LMS entries have bit 31 set. Move them to SA[0..n1) in order,
@@ -652,7 +694,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             for (int32_t c = 0; c < K; c++) bk.A[c] = -1;
             induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M, ws.par, NULL, NULL, 0);
             compact_marked(SA, n);
-            K1 = name_marked(SA, n, n1);
+            K1 = name_marked(SA, n, n1, ws.par);
         } else {
             bucket_bounds(T, w, n, &bk, 0);
             induce(T, w, SA, n, bk.B, NULL, K, PASS_L1, ws.par, NULL, NULL, 0);
@@ -687,10 +729,8 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             if (!bk.B && (rc = buckets_init(&bk, T, w, n, K, ws))) return rc;
             /* s1 := LMS positions in text order (and their counts per symbol into A) */
             lms_scan(T, w, n, LMS_LIST, SA, bk.A, K, n1);
-            for (int32_t i = 0; i < n1; i++) {
-                if (i < n1 - PF) SA_PREFETCH_R(s1 + SA[i + PF]);
-                SA[i] = s1[SA[i]];
-            }
+            halves h = {SA, s1, n, n1, 0, 0};
+            (void)par_halves(n1, ws.par, unmap_range, &h);
         } else if (bk.A) {
             lms_scan(T, w, n, LMS_COUNT, SA, bk.A, K, n1);
         }
