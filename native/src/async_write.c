@@ -10,11 +10,11 @@
 #define _GNU_SOURCE /* sync_file_range */
 #endif
 #include "async_write.h"
+#include "parallel.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,7 +39,7 @@ struct ig_awriter {
 
 enum { PACK_CHUNK = 1 << 18 }; /* int32 values packed per pwrite */
 
-static int pwrite_all(int fd, const void *p, size_t n, int64_t off) {
+int ig_pwrite_all(int fd, const void *p, size_t n, int64_t off) {
     const uint8_t *b = p;
     while (n) {
         ssize_t k = pwrite(fd, b, n, (off_t)off);
@@ -55,7 +55,7 @@ static int pwrite_all(int fd, const void *p, size_t n, int64_t off) {
 static int run_job(ig_awriter *a, const aw_job *j) {
     int bad = 0;
     if (!j->pack) {
-        bad = pwrite_all(a->fd, j->src, j->n, j->off);
+        bad = ig_pwrite_all(a->fd, j->src, j->n, j->off);
     } else {
         const int32_t *v = j->src;
         size_t m = j->n / 4, p = (size_t)j->pack;
@@ -65,7 +65,7 @@ static int run_job(ig_awriter *a, const aw_job *j) {
                 uint64_t x = (uint64_t)(uint32_t)v[i];
                 memcpy(a->packbuf + (i - s) * p, &x, p);
             }
-            bad = pwrite_all(a->fd, a->packbuf, (e - s) * p, j->off + (int64_t)(s * p));
+            bad = ig_pwrite_all(a->fd, a->packbuf, (e - s) * p, j->off + (int64_t)(s * p));
         }
     }
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
@@ -105,12 +105,7 @@ ig_awriter *ig_aw_new(int fd) {
     }
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
-    sigset_t all, old; /* the thread takes no signals: they stay with the caller's threads */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&a->thread, NULL, aw_main, a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (ig_thread_start_quiet(&a->thread, aw_main, a) != 0) {
         pthread_mutex_destroy(&a->mu);
         pthread_cond_destroy(&a->cv);
         free(a->packbuf);

@@ -17,6 +17,9 @@ ig_awriter *ig_aw_new(int fd);
    queued) when a previous write failed or memory ran out. */
 int ig_aw_put(ig_awriter *a, const void *src, size_t n, int64_t off, int pack);
 
+/* Write all of p at offset off (retrying short and interrupted writes); 0 or -1. */
+int ig_pwrite_all(int fd, const void *p, size_t n, int64_t off);
+
 /* Wait for every queued write, stop the thread and free the writer. 0 when all of them were
    written, else -1 (the file's contents are then undefined). */
 int ig_aw_finish(ig_awriter *a);

@@ -1,6 +1,7 @@
 /* parallel.c - run a loop over items on a few threads (pthreads), items handed out in chunks
    by an atomic counter so that uneven items (a 1-token context next to a long one) balance. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -90,4 +91,13 @@ int ig_parallel_for(int64_t n_items, int n_threads, int64_t chunk, ig_work_fn fn
     work_loop(&p, 0);
     for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
     return p.rc;
+}
+
+int ig_thread_start_quiet(pthread_t *thread, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+    int rc = pthread_create(thread, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }

@@ -13,9 +13,9 @@
 #define _DEFAULT_SOURCE /* madvise(), MAP_ANONYMOUS under -std=c99 */
 #endif
 #include "prefault.h"
+#include "parallel.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -101,13 +101,7 @@ ig_prefault *ig_prefault_new(size_t max_bytes, int touch_ok) {
 #endif
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    /* the thread takes no signals: SIGINT and friends stay with the caller's threads */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&p->thread, NULL, prefault_main, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (ig_thread_start_quiet(&p->thread, prefault_main, p) != 0) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
         munmap(m, max_bytes);

@@ -250,20 +250,6 @@ static void fill_header(ig_header *h, const char *magic, uint32_t width, uint64_
     h->aux2 = aux2;
 }
 
-/* Write all of p at offset off (retrying short writes); 0 or -1. */
-static int pwrite_all(int fd, const void *p, size_t n, int64_t off) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = pwrite(fd, b, n, (off_t)off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        b += k;
-        n -= (size_t)k;
-        off += k;
-    }
-    return 0;
-}
-
 /* Ask the kernel to start writing [off, off+n) of fd back now, so that the final fsync finds
    it done (the disk works while we compute); a hint only. */
 static void start_writeback(int fd, int64_t off, int64_t n) {
@@ -322,7 +308,7 @@ static int tok_stream(ig_writer *w) {
     const uint8_t *src = w->tokens + (size_t)w->tok_written * width;
     size_t bytes = (size_t)(w->len - w->tok_written) * width;
     int64_t off = IG_HEADER_SIZE + w->tok_written * (int64_t)width;
-    if (w->tok_aw ? ig_aw_put(w->tok_aw, src, bytes, off, 0) : pwrite_all(w->tok_fd, src, bytes, off)) {
+    if (w->tok_aw ? ig_aw_put(w->tok_aw, src, bytes, off, 0) : ig_pwrite_all(w->tok_fd, src, bytes, off)) {
         tok_stream_fail(w);
         return -1;
     }
@@ -342,7 +328,7 @@ static int tok_stream_close(ig_writer *w, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokens.bin", w->dir);
     fill_header(&h, "IGHF-TOK", (uint32_t)w->width, (uint64_t)w->len, w->vocab_size, (uint64_t)w->n_docs);
-    int bad = pwrite_all(w->tok_fd, &h, sizeof h, 0) != 0 || fsync(w->tok_fd) != 0;
+    int bad = ig_pwrite_all(w->tok_fd, &h, sizeof h, 0) != 0 || fsync(w->tok_fd) != 0;
     int e = errno;
     bad |= close(w->tok_fd) != 0;
     w->tok_fd = -1;
@@ -418,7 +404,7 @@ static void sa_stream_range(void *ctx, int64_t lo, int64_t hi) {
     }
     int bad = 0;
     if (s->p == 4) { /* the int32 array is the file's layout already (little-endian hosts) */
-        bad = pwrite_all(s->fd, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * 4);
+        bad = ig_pwrite_all(s->fd, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * 4);
     } else {
         for (int64_t a = lo; a < hi && !bad; a += SA_PACK) {
             int64_t b = hi - a < SA_PACK ? hi : a + SA_PACK;
@@ -426,7 +412,7 @@ static void sa_stream_range(void *ctx, int64_t lo, int64_t hi) {
                 uint64_t v = (uint64_t)s->sa[i];
                 memcpy(s->buf + (size_t)(i - a) * (size_t)s->p, &v, (size_t)s->p);
             }
-            bad = pwrite_all(s->fd, s->buf, (size_t)(b - a) * (size_t)s->p, IG_HEADER_SIZE + a * s->p);
+            bad = ig_pwrite_all(s->fd, s->buf, (size_t)(b - a) * (size_t)s->p, IG_HEADER_SIZE + a * s->p);
         }
     }
     if (bad) {
@@ -451,7 +437,7 @@ static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, 
     if ((p < 4 && !s->buf) || snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
     s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     fill_header(&h, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)w->len, 0);
-    if (s->fd >= 0 && pwrite_all(s->fd, &h, sizeof h, 0)) {
+    if (s->fd >= 0 && ig_pwrite_all(s->fd, &h, sizeof h, 0)) {
         close(s->fd);
         s->fd = -1;
     }
@@ -477,7 +463,7 @@ static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t e
         s->fd = -1;
     }
     if (s->fd < 0) return 0;
-    int bad = pwrite_all(s->fd, zero, 8, IG_HEADER_SIZE + s->n_tok * s->p) != 0 || fsync(s->fd) != 0;
+    int bad = ig_pwrite_all(s->fd, zero, 8, IG_HEADER_SIZE + s->n_tok * s->p) != 0 || fsync(s->fd) != 0;
     int e = errno;
     bad |= close(s->fd) != 0;
     s->fd = -1;
