@@ -171,7 +171,9 @@ int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int6
     }
     if (w->len + add > IG_MAX_SHARD_TOKENS)
         return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
-    if (!w->mem_tried && add > 0) { /* first documents: reserve for the largest shard there can be */
+    /* first documents: reserve for the largest shard there can be (12 GB of address space at
+       most: 64-bit systems only) */
+    if (!w->mem_tried && add > 0 && sizeof(size_t) >= 8) {
         w->mem_tried = 1;
         if ((w->tok_mem = ig_prefault_new((size_t)IG_MAX_SHARD_TOKENS * (size_t)w->width, 0))) {
             w->tokens = ig_prefault_base(w->tok_mem);
