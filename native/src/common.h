@@ -70,6 +70,18 @@ static inline uint32_t ig_tok(const ig_shard *s, int w, int64_t i) {
     }
 }
 
+/* While building (an in-memory int32 suffix array over ranks [0, n)): the end of the run of
+   ranks i.. whose suffixes start with the same token as rank i's, by binary search. */
+static inline int64_t ig_first_token_run_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
+    uint32_t t = ig_tok(v, width, sa[i]);
+    int64_t a = i + 1, b = n;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (ig_tok(v, width, sa[mid]) == t) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
 /* Suffix-array entry r, clamped into the token array (the file is padded by 8 bytes). */
 static inline int64_t ig_sa(const ig_shard *s, int64_t r) {
     uint64_t v;

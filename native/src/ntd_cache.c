@@ -186,17 +186,6 @@ static void *collect_run(void *arg) {
     return NULL;
 }
 
-/* First rank after the run of ranks sharing rank i's first token. */
-static int64_t first_token_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
-    uint32_t t = ig_tok(v, width, sa[i]);
-    int64_t a = i + 1, b = n;
-    while (a < b) {
-        int64_t mid = a + (b - a) / 2;
-        if (ig_tok(v, width, sa[mid]) == t) a = mid + 1; else b = mid;
-    }
-    return a;
-}
-
 /* Append b's contexts (ranks after a's) to a's, rebasing b's entry offsets. */
 static int em_append(emitted *a, const emitted *b) {
     if (grow_to((void **)&a->rec, &a->rec_cap, 4 * (a->n_rec + b->n_rec), sizeof *a->rec) ||
@@ -221,7 +210,7 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
     int rc = IG_OK;
     memset(em, 0, sizeof em);
     int64_t mid = n_tok >= ((int64_t)1 << 22) && sysconf(_SC_NPROCESSORS_ONLN) > 1
-                      ? first_token_end(view, width, sa, n_tok / 2, n_tok) : n_tok;
+                      ? ig_first_token_run_end(view, width, sa, n_tok / 2, n_tok) : n_tok;
     collect_job hi = {.view = view, .sa = sa, .width = width, .r0 = mid, .r1 = n_tok, .min_cost = min_cost};
     pthread_t th;
     int threaded = mid < n_tok && pthread_create(&th, NULL, collect_run, &hi) == 0;

@@ -280,14 +280,13 @@ static void tok_stream_fail(ig_writer *w) {
     w->tok_stream_failed = 1;
 }
 
-/* Wait for the queued tokens.bin writes (before finish changes the token array); 0 or -1
-   (streaming is then off). */
-static int tok_stream_drain(ig_writer *w) {
-    if (!w->tok_aw) return w->tok_stream_failed ? -1 : 0;
+/* Wait for the queued tokens.bin writes (before finish changes the token array); a failed
+   one turns streaming off. */
+static void tok_stream_drain(ig_writer *w) {
+    if (!w->tok_aw) return;
     int bad = ig_aw_finish(w->tok_aw);
     w->tok_aw = NULL;
     if (bad) tok_stream_fail(w);
-    return bad;
 }
 
 /* Append the tokens added since the last call to tokens.bin (opened on first use, its header
@@ -379,78 +378,51 @@ static int write_sa(ig_out *o, const int32_t *sa, int64_t n, int p) {
 }
 
 /* sa.bin is written while SA-IS runs: its last pass finalizes the suffix array from the end and
-   reports each finished range (ig_sais_final), which goes to the file at once and is handed
-   to writeback, so the disk works while the rest is computed. Any failure turns streaming
-   off; finish then writes the file whole and reports errors itself. */
+   reports each finished range (ig_sais_final), which the writer thread (async_write.c) packs
+   and writes at once, so the disk works while the rest is computed. Without a thread, or after
+   any failure, it is not streamed: finish then writes the file whole and reports errors. */
 typedef struct {
     int fd; /* -1: not streaming */
     int p;
     int64_t n_tok;
     const int32_t *sa;
-    uint8_t *buf; /* packing buffer (p < 4) */
-    ig_awriter *aw; /* writes on a thread (NULL: here) */
-    int aw_failed;  /* a range could not be queued: the file is incomplete */
+    ig_awriter *aw;
+    int aw_failed; /* a range could not be queued: the file is incomplete */
 } sa_stream;
-
-enum { SA_PACK = 1 << 18 }; /* entries packed per write */
 
 static void sa_stream_range(void *ctx, int64_t lo, int64_t hi) {
     sa_stream *s = ctx;
     if (hi > s->n_tok) hi = s->n_tok; /* ranks past n_tok are the separators' suffixes */
-    if (s->fd < 0 || lo >= hi) return;
-    if (s->aw) {
-        if (!s->aw_failed)
-            s->aw_failed = ig_aw_put(s->aw, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * s->p,
-                                     s->p == 4 ? 0 : s->p) != 0;
-        return;
-    }
-    int bad = 0;
-    if (s->p == 4) { /* the int32 array is the file's layout already (little-endian hosts) */
-        bad = ig_pwrite_all(s->fd, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * 4);
-    } else {
-        for (int64_t a = lo; a < hi && !bad; a += SA_PACK) {
-            int64_t b = hi - a < SA_PACK ? hi : a + SA_PACK;
-            for (int64_t i = a; i < b; i++) {
-                uint64_t v = (uint64_t)s->sa[i];
-                memcpy(s->buf + (size_t)(i - a) * (size_t)s->p, &v, (size_t)s->p);
-            }
-            bad = ig_pwrite_all(s->fd, s->buf, (size_t)(b - a) * (size_t)s->p, IG_HEADER_SIZE + a * s->p);
-        }
-    }
-    if (bad) {
-        close(s->fd);
-        s->fd = -1;
-        return;
-    }
-    start_writeback(s->fd, IG_HEADER_SIZE + lo * s->p, (hi - lo) * s->p);
+    if (s->fd < 0 || s->aw_failed || lo >= hi) return;
+    /* (p == 4: the int32 array is the file's layout already, little-endian hosts) */
+    s->aw_failed = ig_aw_put(s->aw, s->sa + lo, (size_t)(hi - lo) * 4, IG_HEADER_SIZE + lo * s->p,
+                             s->p == 4 ? 0 : s->p) != 0;
 }
 
-/* Open sa.bin and write its header; on failure s->fd stays -1. */
+/* Open sa.bin, write its header and start the writer thread; on any failure s->fd is -1. */
 static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, int p, int64_t n_tok) {
     char path[4096];
     ig_header h;
-    s->fd = -1;
-    s->p = p;
-    s->n_tok = n_tok;
-    s->sa = sa;
-    s->aw = NULL;
-    s->aw_failed = 0;
-    s->buf = p < 4 ? malloc((size_t)SA_PACK * 8) : NULL;
-    if ((p < 4 && !s->buf) || snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
+    *s = (sa_stream){.fd = -1, .p = p, .n_tok = n_tok, .sa = sa};
+    if (snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
     s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     fill_header(&h, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)w->len, 0);
-    if (s->fd >= 0 && ig_pwrite_all(s->fd, &h, sizeof h, 0)) {
+    if (s->fd >= 0 && (ig_pwrite_all(s->fd, &h, sizeof h, 0) || !(s->aw = ig_aw_new(s->fd)))) {
         close(s->fd);
         s->fd = -1;
     }
-    if (s->fd >= 0) s->aw = ig_aw_new(s->fd);
 }
 
-/* Wait for the writer thread, if any; -1 when some range did not reach the file. */
+/* Stop streaming: wait for the writer thread; 0 when every range reached the file. Closes
+   the file when not. */
 static int sa_stream_drain(sa_stream *s) {
-    if (!s->aw) return 0;
+    if (s->fd < 0) return -1;
     int bad = ig_aw_finish(s->aw) || s->aw_failed;
     s->aw = NULL;
+    if (bad) {
+        close(s->fd);
+        s->fd = -1;
+    }
     return bad ? -1 : 0;
 }
 
@@ -458,13 +430,7 @@ static int sa_stream_drain(sa_stream *s) {
    whole), or an error code. */
 static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t errlen) {
     static const uint8_t zero[8] = {0};
-    free(s->buf);
-    s->buf = NULL;
-    if (s->fd >= 0 && sa_stream_drain(s)) { /* incomplete: finish writes it whole */
-        close(s->fd);
-        s->fd = -1;
-    }
-    if (s->fd < 0) return 0;
+    if (sa_stream_drain(s)) return 0; /* incomplete: finish writes it whole */
     int bad = ig_pwrite_all(s->fd, zero, 8, IG_HEADER_SIZE + s->n_tok * s->p) != 0 || fsync(s->fd) != 0;
     int e = errno;
     bad |= close(s->fd) != 0;
@@ -473,26 +439,15 @@ static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t e
     return 1;
 }
 
-/* End of the run of suffixes (ranks i..) that start with the same token as rank i. */
-static int64_t first_token_run_end(const ig_shard *v, int width, const int32_t *sa, int64_t i, int64_t n) {
-    uint32_t t = ig_tok(v, width, sa[i]);
-    int64_t a = i + 1, b = n;
-    while (a < b) {
-        int64_t mid = a + (b - a) / 2;
-        if (ig_tok(v, width, sa[mid]) == t) a = mid + 1; else b = mid;
-    }
-    return a;
-}
-
 /* The unigram as (token, count) pairs: SA ranks are grouped by first token, so walk the runs
    (twice: the header needs the number of distinct tokens first). */
 static int write_unigram(ig_out *o, const ig_writer *w, const int32_t *sa, int64_t n_tok) {
     ig_shard view = {.tokens = w->tokens, .total_len = w->len};
     int64_t n_uni = 0;
-    for (int64_t i = 0; i < n_tok; n_uni++) i = first_token_run_end(&view, w->width, sa, i, n_tok);
+    for (int64_t i = 0; i < n_tok; n_uni++) i = ig_first_token_run_end(&view, w->width, sa, i, n_tok);
     if (out_header(o, "IGHF-UNI", 16, (uint64_t)n_uni, (uint64_t)n_tok, 0)) return IG_ERR_IO;
     for (int64_t i = 0; i < n_tok;) {
-        int64_t end = first_token_run_end(&view, w->width, sa, i, n_tok);
+        int64_t end = ig_first_token_run_end(&view, w->width, sa, i, n_tok);
         uint64_t pair[2] = {ig_tok(&view, w->width, sa[i]), (uint64_t)(end - i)};
         if (out_write(o, pair, sizeof pair)) return IG_ERR_IO;
         i = end;
@@ -557,7 +512,7 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     w->finished = 1;
     int64_t n = w->len, n_tok = w->len - w->n_docs;
     int rc = IG_OK;
-    (void)tok_stream_drain(w); /* the token array changes below (separators remapped for SA-IS) */
+    tok_stream_drain(w); /* the token array changes below (separators remapped for SA-IS) */
     if (w->tok_fd >= 0 && w->tok_written != w->len) tok_stream_drop(w); /* (cannot happen: every add streams) */
     (void)ig_prefault_take(w->tok_mem, (size_t)w->len * (size_t)w->width); /* stop; drop pages ahead */
     phase_time(NULL);
@@ -581,12 +536,8 @@ int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     if (!rc) {
         sa_done = sa_stream_close(&ss, w, err, errlen);
         if (sa_done < 0) rc = sa_done;
-    } else if (ss.fd >= 0) { /* (failed: the build directory is discarded) */
-        (void)sa_stream_drain(&ss);
+    } else if (!sa_stream_drain(&ss)) { /* (failed: the build directory is discarded) */
         close(ss.fd);
-        free(ss.buf);
-    } else {
-        free(ss.buf);
     }
     /* The first n_tok ranks are the suffixes that start with a real token. */
     if (!rc && !sa_done && !(rc = out_open(&o, path, sizeof path, w->dir, "sa.bin", err, errlen))) {
