@@ -106,7 +106,8 @@ class InfiniGramLM:
         tokenizer: for text in / text out; default: the one saved in the index (bytes for a
             byte-level index). Without one, pass and get token ids.
         max_context: longest context any method may use (the post caps it at 100).
-        cache_entries: size of the continuation-count cache (0 = default, 2^18 entries).
+        cache_entries: the most entries the continuation-count cache grows to (0 = default,
+            2^18; it starts small, so memory follows use).
 
     One handle is used under a lock: for parallel scoring, make one InfiniGramLM per thread.
     """

@@ -123,6 +123,35 @@ def test_lm_cache_size_is_bounded(indexes) -> None:
     InfiniGramLM(one, cache_entries=1 << 10)
 
 
+LM_LARGE_CACHE_CAP = textwrap.dedent("""
+    import os, sys
+    from infinigram_hf import InfiniGramIndex, InfiniGramLM
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    ix = InfiniGramIndex.open(sys.argv[1])
+    before = resident()
+    lms = [InfiniGramLM(ix, max_context=8, cache_entries=n) for n in (29_080_507, 1 << 26)]
+    for lm in lms:
+        lm.score([0, 1, 2, 0, 1, 2, 3], "kn")
+    print(resident() - before)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_lm_cache_cap_is_not_allocated_up_front(tmp_path) -> None:
+    """lm_stats.c (py_api fuzz finding, out of memory): the continuation-count cache was
+    allocated and cleared at its full requested size, 3.2 GB for cache_entries=29,080,507 and
+    6.4 GB at the allowed maximum 2**26. It now starts small and grows as it fills."""
+    build_index(DOCS, tmp_path / "ix", vocab_size=10, progress=False).close()
+    proc = subprocess.run([sys.executable, "-c", LM_LARGE_CACHE_CAP, str(tmp_path / "ix")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) < 64 << 20
+
+
 def test_backoff_decay_above_one_is_refused(indexes) -> None:
     """lm.c: decay > 1 made the level weights overflow to inf and the probability NaN."""
     one, _ = indexes

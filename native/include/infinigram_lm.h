@@ -67,7 +67,8 @@ typedef struct {
 } ig_lm_sampling;
 
 /* A handle for `ix` (which must outlive it). max_context caps every config's max_context and
-   max_depth; cache_entries sizes the continuation-count cache (0 = default). */
+   max_depth; cache_entries caps the continuation-count cache, which grows as it fills
+   (0 = default, 2^18 entries). */
 int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cache_entries,
               char *err, size_t errlen);
 void ig_lm_free(ig_lm *lm);

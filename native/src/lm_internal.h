@@ -53,7 +53,7 @@ struct ig_lm {
     uint32_t *stamp_a, *stamp_b; /* V + 1 entries: distinct-left counting */
     uint32_t gen_a, gen_b;
     lm_centry *cache;
-    int64_t cache_cap, cache_used;
+    int64_t cache_cap, cache_used, cache_max; /* the table doubles (emptied) up to cache_max */
     double *dense;      /* V + 1: materialised distributions */
     uint32_t *idx;      /* V + 1: indices for sorting */
     int64_t *cursor, *cursor2; /* S each: merged follower walks (two, as walks nest) */

@@ -21,14 +21,29 @@ static uint32_t next_gen(uint32_t *stamp, uint32_t *gen, uint32_t n) {
 
 /* ------------------------------------------------------------------ cache */
 
+/* The table starts small and doubles as it fills, up to the largest power of two >= entries:
+   memory follows what a handle actually caches, not the cap it was given. */
 int lm_cache_init(ig_lm *lm, int64_t entries) {
-    int64_t cap = 1024;
-    while (cap < entries) cap <<= 1;
-    lm->cache = malloc((size_t)cap * sizeof *lm->cache);
+    int64_t max = 1024, first = 4096;
+    while (max < entries) max <<= 1;
+    if (first > max) first = max;
+    lm->cache_max = max;
+    lm->cache = malloc((size_t)first * sizeof *lm->cache);
     if (!lm->cache) return IG_ERR_NOMEM;
-    lm->cache_cap = cap;
+    lm->cache_cap = first;
     ig_lm_clear_cache(lm);
     return IG_OK;
+}
+
+/* Double an emptied-when-full table while below its cap (entries are dropped, as when it is
+   emptied: they are cheap to recompute); stays as it is when memory runs out. */
+static void cache_grow(ig_lm *lm) {
+    if (lm->cache_cap >= lm->cache_max) return;
+    lm_centry *bigger = malloc((size_t)(2 * lm->cache_cap) * sizeof *bigger);
+    if (!bigger) return;
+    free(lm->cache);
+    lm->cache = bigger;
+    lm->cache_cap *= 2;
 }
 
 void ig_lm_clear_cache(ig_lm *lm) {
@@ -56,8 +71,9 @@ static int key_of(const ig_lm *lm, const ig_range *rs, int32_t *shard, int64_t *
     return 0;
 }
 
-/* The entry of (d, shard, lo), or NULL; with `create`, a new one (the cache is emptied when
-   60% full: entries are cheap to recompute, and nothing holds pointers into it). */
+/* The entry of (d, shard, lo), or NULL; with `create`, a new one (the cache is emptied, and
+   grown while below its cap, when 60% full: entries are cheap to recompute, and nothing holds
+   pointers into it). */
 static lm_centry *cache_slot(ig_lm *lm, int64_t d, int32_t shard, int64_t lo, int create) {
     uint64_t mask = (uint64_t)lm->cache_cap - 1;
     uint64_t h = mix64((uint64_t)lo * 0x9E3779B97F4A7C15ull ^ ((uint64_t)d << 40) ^ (uint64_t)shard);
@@ -66,6 +82,7 @@ static lm_centry *cache_slot(ig_lm *lm, int64_t d, int32_t shard, int64_t lo, in
         if (e->depth < 0) {
             if (!create) return NULL;
             if (lm->cache_used * 10 >= lm->cache_cap * 6) {
+                cache_grow(lm);
                 ig_lm_clear_cache(lm);
                 return cache_slot(lm, d, shard, lo, 1);
             }
