@@ -4,7 +4,7 @@ The corpus is streamed in batches; documents collect in the C shard writer until
 budget says the shard is full, then its suffix array is built and written. Everything is written
 into a temporary sibling directory that is renamed to `out_dir` only when complete, so an
 interrupted or failed build leaves nothing at `out_dir` (and its leftovers are cleaned up by the
-next build into the same place).
+next build into the same place; _publish.py says what may be replaced and removed).
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import re
 import shutil
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Union
 
@@ -25,15 +24,14 @@ from tqdm.auto import tqdm
 
 from . import format as fmt
 from . import tokenization as tk
-from ._atomic import exchange
+from ._publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from ._native import lib
 from ._shard_writer import ShardWriter
 from .index import InfiniGramIndex
-from .sources import Batch, iter_batches, source_length
+from .sources import Batch, iter_batches, source_length, source_paths
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(tmp|old)-(?P<pid>\d+)-[0-9a-f]+$")
 
 
 def parse_size(size: Union[int, str]) -> int:
@@ -58,34 +56,6 @@ def max_shard_len(memory_budget: int, token_width: int) -> int:
     if n < 1:
         raise ValueError(f"memory budget of {memory_budget} bytes is too small to build a shard")
     return min(n, int(lib.IG_MAX_SHARD_TOKENS))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_stale_builds(out_dir: Path) -> List[Path]:
-    """Remove temporary directories left next to out_dir by builds that were killed. An index a
-    killed build had moved aside (".old-") while out_dir is missing is put back, not removed."""
-    removed = []
-    parent = out_dir.parent
-    if not parent.is_dir():
-        return removed
-    for entry in sorted(parent.iterdir()):
-        m = _TMP_RE.match(entry.name)
-        if m and m.group("name") == out_dir.name and not _alive(int(m.group("pid"))):
-            if ".old-" in entry.name and not os.path.lexists(out_dir):
-                os.rename(entry, out_dir)  # killed between its two renames: the old index is whole
-                continue
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
 
 
 # ------------------------------------------------------------------ tokenization
@@ -219,7 +189,8 @@ def build_index(
             iterable of strings, a path (or list of `Path`s) of .txt files (one document each) or
             .jsonl files (one per line), a directory of them, or pre-tokenized documents
             (sequences / numpy arrays of ints, with `vocab_size=`).
-        out_dir: the index directory to create.
+        out_dir: the index directory to create (or an empty directory). Never the current
+            directory or one above it, nor a directory that holds the source or lies inside it.
         tokenizer: an HF tokenizer object, a name / local path for `AutoTokenizer`, or None for
             UTF-8 bytes (character-level work).
         vocab_size: for pre-tokenized input without a tokenizer: ids must be < vocab_size.
@@ -230,17 +201,18 @@ def build_index(
             the budget allows, e.g. to make shards of a fixed size.
         num_proc: processes for tokenization (fast tokenizers are already multi-threaded).
         overwrite: replace an existing index at out_dir (only once the new one is complete).
+            Only an index is ever replaced: anything else at out_dir (other files, a link) is
+            refused with FileExistsError and left as it is.
         save_tokenizer: save an HF tokenizer inside the index (index/tokenizer/) for the CLI.
         progress: show a tqdm progress bar (documents, tokens/s).
         ntd_cache_min_cost: precompute the exact next-token distributions of the 1- to 3-token
             contexts whose walk at query time would take about this many suffix-array probes or
             more (file ntdcache.bin, a few % of the index); 0 turns it off.
     """
-    out = Path(out_dir).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_builds(out)  # first: it may put back an index a killed build had moved aside
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; pass overwrite=True to replace it")
+    out = resolve_out_dir(out_dir)
+    check_out_dir(out, overwrite=overwrite, sources=source_paths(source))
+    clean_stale_builds(out)  # it may put back an index a killed build had moved aside: check again
+    check_out_dir(out, overwrite=overwrite)
 
     pretokenized_only = tokenizer is None and vocab_size is not None
     tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
@@ -257,12 +229,8 @@ def build_index(
             raise ValueError(f"max_shard_tokens must be positive, got {max_shard_tokens}")
         shard_cap = min(shard_cap, int(max_shard_tokens))
 
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        tmp.mkdir()
-    except OSError as exc:  # name the index the user asked for, not our temp dir
-        raise type(exc)(exc.errno, f"cannot build the index {out}: cannot create a directory in "
-                        f"{out.parent} ({exc.strerror}); is it read-only?") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = make_build_dir(out)
     tokenized = None
     writer: Optional[ShardWriter] = None
     metawriter: Optional[fmt.DocMetaWriter] = None
@@ -349,7 +317,7 @@ def build_index(
             tok.save_pretrained(str(tmp / "tokenizer"))
         fmt.write_meta(tmp, meta)
         _phase("meta.json, tokenizer")
-        _publish(tmp, out, overwrite)
+        publish(tmp, out, overwrite)
         _phase("published")
     except BaseException:
         if metawriter is not None:
@@ -377,36 +345,3 @@ def _version() -> str:
     from . import __version__
 
     return __version__
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished build into place. An existing index is moved aside first and removed
-    only after the new one is in place, so a failure never loses both."""
-    _fsync_dir(tmp)
-    old = None
-    if out.exists():
-        if not overwrite:
-            raise FileExistsError(f"{out} appeared while building; not replacing it")
-        if exchange(tmp, out):  # one atomic step: readers find the old index or the new one
-            _fsync_dir(out.parent)
-            shutil.rmtree(tmp, ignore_errors=True)  # (now the old index; a kill here leaves a stale tmp)
-            return
-        old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    _fsync_dir(out.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -247,11 +247,13 @@ def _build_source(args: argparse.Namespace) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from ._publish import check_out_dir, resolve_out_dir
     from .build import build_index
 
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise CLIError(f"{out} already exists; pass --overwrite to replace it")
+    # Before reading the corpus: what is at --out, and whether it is the corpus itself.
+    check_out_dir(resolve_out_dir(out), overwrite=args.overwrite, overwrite_hint="--overwrite",
+                  sources=list(args.sources) + ([args.dataset] if args.dataset else []))
     source = _build_source(args)
     if args.vocab_size is not None and isinstance(source, list):
         raise CLIError("--vocab-size is for token ids (.npy, a dataset's input_ids); text files "

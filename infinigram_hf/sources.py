@@ -155,6 +155,21 @@ def iter_batches(source: Any, *, text_column: str = "text", metadata_columns: Se
     raise ValueError(f"unsupported source type {type(source).__name__}")
 
 
+def source_paths(source: Any) -> List[Path]:
+    """The files and directories a source reads (what a build must never write over): a path,
+    a list of paths, a saved dataset's files; [] for sources held in memory."""
+    if isinstance(source, (str, os.PathLike)):
+        return [Path(source)]
+    if isinstance(source, (list, tuple)) and source and all(isinstance(s, Path) for s in source):
+        return list(source)
+    if _is_dataset(source):
+        try:
+            return [Path(f["filename"]) for f in (getattr(source, "cache_files", None) or [])]
+        except (TypeError, KeyError):
+            return []
+    return []
+
+
 def source_length(source: Any) -> Optional[int]:
     """Number of documents when cheaply known (for the progress bar)."""
     try:
