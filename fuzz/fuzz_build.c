@@ -6,7 +6,8 @@
  * Input: [width selector][vocab bytes][ntd cache selector][batch size] then the tokens: a byte
  * 0xFF ends a document, a byte >= 0xF0 is followed by a 32-bit id, anything else is an id
  * (taken modulo the vocabulary). Rarely a batch carries an id outside the vocabulary or
- * decreasing offsets, which the writer must refuse without damage.
+ * decreasing offsets, which the writer must refuse without damage; now and then a batch's
+ * documents are added in parts of 1-5 tokens (ig_writer_add_part_w) instead.
  */
 #include "fz.h"
 
@@ -75,6 +76,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int rc = ig_writer_add_docs(w, c.ids, c.offsets + d, k, err, sizeof err);
             FZ_CHECK(rc == IG_ERR_ARG, "writer accepted id %u >= vocab %u", c.ids[c.offsets[d]], c.vocab);
             c.ids[c.offsets[d]] = keep;
+        }
+        if (size && (data[(d + 1) % size] & 7) == 7) { /* now and then: each document in parts */
+            for (int64_t e = d; e < d + k; e++) {
+                int64_t a = c.offsets[e], b = c.offsets[e + 1], step = 1 + data[e % size] % 5;
+                do {
+                    int64_t m = b - a < step ? b - a : step;
+                    int rc = ig_writer_add_part_w(w, c.ids + a, 4, m, a + m == b, err, sizeof err);
+                    FZ_CHECK(rc == IG_OK, "add_part: %s", err);
+                    a += m;
+                } while (a < b);
+            }
+            continue;
         }
         int rc = ig_writer_add_docs(w, c.ids, c.offsets + d, k, err, sizeof err);
         FZ_CHECK(rc == IG_OK, "add_docs: %s", err);

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._safe_text import printable
 from .errors import IndexFormatError, InfiniGramError
 
 try:
@@ -25,6 +26,7 @@ def check(rc: int, err) -> None:
     if rc == lib.IG_OK:
         return
     msg = ffi.string(err).decode("utf-8", "replace") or ffi.string(lib.ig_strerror(rc)).decode()
+    msg = printable(msg)  # (messages name files and may quote their bytes)
     if rc == lib.IG_ERR_ARG:
         raise ValueError(msg)
     if rc == lib.IG_ERR_FORMAT:

@@ -42,6 +42,17 @@ class ShardWriter:
         check(lib.ig_writer_add_docs_w(self._w, ptr(ids, "void"), ids.dtype.itemsize, ptr(offsets, "int64_t"),
                                        len(offsets) - 1, err, len(err)), err)
 
+    def add_part(self, ids: np.ndarray, end: bool) -> None:
+        """Append ids to the document being added in parts (the first call starts it; `end`
+        ends it): a long document goes in without being held whole. Until it is ended, add()
+        and finish() refuse and total_len does not count its separator."""
+        ids = np.ascontiguousarray(ids)
+        if ids.dtype not in (np.uint8, np.uint16, np.uint32):
+            ids = ids.astype(np.uint32)
+        err = err_buffer()
+        check(lib.ig_writer_add_part_w(self._w, ptr(ids, "void") if len(ids) else ffi.NULL, ids.dtype.itemsize,
+                                       len(ids), int(bool(end)), err, len(err)), err)
+
     @property
     def total_len(self) -> int:
         """Tokens held so far, one separator per document included."""

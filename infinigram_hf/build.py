@@ -9,13 +9,15 @@ next build into the same place; _publish.py says what may be replaced and remove
 from __future__ import annotations
 
 import datetime
-import functools
+import decimal
+import itertools
 import multiprocessing
 import os
 import re
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Union
 
@@ -26,6 +28,7 @@ from . import format as fmt
 from . import tokenization as tk
 from ._publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from ._native import lib
+from ._ingest import ByteText, ShardFeeder
 from ._shard_writer import ShardWriter
 from .index import InfiniGramIndex
 from .sources import Batch, iter_batches, source_length, source_paths
@@ -34,18 +37,34 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 
 
-def parse_size(size: Union[int, str]) -> int:
-    """'4GiB', '512M', 2**30 -> bytes."""
-    if isinstance(size, int):
-        value = size
+_MAX_SIZE = 1 << 62  # bytes; far above any machine, and still an exact int in meta.json
+
+
+def parse_size(size: Union[int, str], name: str = "memory_budget") -> int:
+    """'4GiB', '512M', 2**30 -> bytes (ASCII digits, at most 2**62)."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
+        value = int(size)
+    elif isinstance(size, (str, float)) and not isinstance(size, bool):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(size), flags=re.ASCII)
+        if not m or m.group(2).lower() not in _UNITS or len(m.group(1)) > 40:
+            raise ValueError(f"{name}: cannot parse memory size {str(size)[:60]!r} (e.g. '4GiB', '512MiB')")
+        value = int(decimal.Decimal(m.group(1)) * _UNITS[m.group(2).lower()])
     else:
-        m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(size))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"cannot parse memory size {size!r} (e.g. '4GiB', '512MiB')")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        raise ValueError(f"{name} must be a number of bytes or a size like '4GiB', got {type(size).__name__}")
     if value <= 0:
-        raise ValueError(f"memory size must be positive, got {size!r}")
+        raise ValueError(f"{name}: memory size must be positive, got {str(size)[:60]!r}")
+    if value > _MAX_SIZE:
+        raise ValueError(f"{name}: memory size {str(size)[:60]!r} is too large (at most 2**62 bytes)")
     return value
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    """An int argument (numpy ints too; not bool, float or str) of at least `minimum`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {str(value)[:40]!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
 
 
 def max_shard_len(memory_budget: int, token_width: int) -> int:
@@ -72,72 +91,70 @@ def _worker_encode(texts: List[str]) -> List[List[int]]:
     return tk.encode_texts(_WORKER_TOKENIZER, texts)
 
 
-class _Scratch:
-    """Reusable memory for each batch's concatenated ids. A fresh array costs a page fault and
-    the kernel zeroing every page of it (on a 200M-token build that was a large share of the
-    time spent taking documents in); memory used again costs neither."""
-
-    def __init__(self) -> None:
-        self._bufs: dict = {}
-
-    def array(self, name: str, n: int, dtype: Any) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        buf = self._bufs.get(name)
-        if buf is None or buf.nbytes < n * dtype.itemsize:
-            buf = self._bufs[name] = np.empty(max(n * dtype.itemsize, 3 * (0 if buf is None else buf.nbytes) // 2),
-                                              dtype=np.uint8)
-        return buf[: n * dtype.itemsize].view(dtype)
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a container's or taskset's share)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # (not Linux)
+        return max(1, os.cpu_count() or 1)
 
 
-def _flatten(seqs: Sequence[Any], vocab_size: int, scratch: Optional[_Scratch] = None) -> tuple[np.ndarray, np.ndarray]:
-    """Token-id sequences -> (uint8/16/32 ids, int64 offsets), with ids checked against the vocabulary.
-
-    With `scratch` the ids may live in its memory: valid until the next call with it."""
-    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    total = int(offsets[-1])
-    if total == 0:
-        return np.zeros(0, dtype=np.uint32), offsets
-    scratch = scratch or _Scratch()
-    parts = [np.asarray(s).ravel() for s in seqs if len(s)]
-    dtype = functools.reduce(np.promote_types, {p.dtype for p in parts})  # (result_type caps its arguments)
-    if not np.issubdtype(dtype, np.integer):
-        raise ValueError(f"token ids must be integers, got dtype {dtype}")
-    flat = np.concatenate(parts, out=scratch.array("ids", total, dtype))
-    if dtype in (np.uint8, np.uint16, np.uint32):  # the C writer checks these against the vocabulary
-        return flat, offsets
-    if flat.min() < 0 or flat.max() >= vocab_size:
-        bad = int(flat.min()) if flat.min() < 0 else int(flat.max())
-        raise ValueError(f"token id {bad} is outside the vocabulary (vocab_size={vocab_size})")
-    narrow = scratch.array("narrow", total, np.uint32)
-    np.copyto(narrow, flat, casting="unsafe")  # (in range: checked above)
-    return narrow, offsets
+def tokenizer_processes(tok: Any, num_proc: int, n_docs: Optional[int], batch_size: int) -> int:
+    """How many processes tokenizing can use: at most one per CPU (warning when num_proc asks for
+    more) and per batch, and just this one for the byte tokenizer (a memory copy, which a pool
+    could only slow down)."""
+    cpus = usable_cpus()
+    if num_proc > cpus:
+        warnings.warn(f"num_proc={num_proc} is more than the {cpus} CPUs this process can use; using {cpus}",
+                      RuntimeWarning, stacklevel=3)
+    procs = min(num_proc, cpus)
+    if isinstance(tok, tk.ByteTokenizer):
+        procs = 1
+    if n_docs is not None:
+        procs = min(procs, max(1, -(-n_docs // batch_size)))
+    return procs
 
 
 class _Tokenized:
-    """Turns text batches into id batches, in this process or a pool of workers."""
+    """Turns text batches into id batches, in this process or in a pool of workers.
 
-    def __init__(self, tok: Any, num_proc: int):
+    A pool costs seconds to start (every worker imports the tokenizer's libraries, ~40 MB each),
+    so it is started only when a second batch of text arrives (tokenizer_processes says how
+    large). The byte tokenizer's documents go on as ByteText, encoded piece by piece later."""
+
+    def __init__(self, tok: Any, procs: int):
         self.tok = tok
+        self.procs = procs
         self.pool = None
-        if num_proc > 1:
-            ctx = multiprocessing.get_context("spawn")
-            self.pool = ctx.Pool(num_proc, initializer=_worker_init, initargs=(tok,))
+
+    def _here(self, b: Batch) -> tuple[List[Any], List[Optional[dict]]]:
+        if b.ids is not None:
+            return b.ids, b.metadata
+        if isinstance(self.tok, tk.ByteTokenizer):
+            return [ByteText(t) for t in b.texts], b.metadata
+        return tk.encode_texts(self.tok, b.texts), b.metadata
 
     def map(self, batches: Iterator[Batch]) -> Iterator[tuple[List[Any], List[Optional[dict]]]]:
-        if self.pool is None:
-            for b in batches:
-                yield (b.ids if b.ids is not None else tk.encode_texts(self.tok, b.texts)), b.metadata
+        batches = iter(batches)
+        if self.procs <= 1:
+            yield from map(self._here, batches)
             return
+        first = next(batches, None)
+        second = next(batches, None) if first is not None else None
+        if second is None:  # one batch: not worth a pool
+            if first is not None:
+                yield self._here(first)
+            return
+        ctx = multiprocessing.get_context("spawn")
+        self.pool = ctx.Pool(self.procs, initializer=_worker_init, initargs=(self.tok,))
         # Keep text batches in order while workers tokenize ahead.
         pending: list = []
-        for b in batches:
+        for b in itertools.chain((first, second), batches):
             if b.ids is not None:
                 pending.append((None, b))
             else:
                 pending.append((self.pool.apply_async(_worker_encode, (b.texts,)), b))
-            while len(pending) > 2 * self.pool._processes or (pending and pending[0][0] is not None and pending[0][0].ready()):
+            while len(pending) > 2 * self.procs or (pending and pending[0][0] is not None and pending[0][0].ready()):
                 res, first = pending.pop(0)
                 yield (first.ids if res is None else res.get()), first.metadata
         for res, b in pending:
@@ -209,6 +226,13 @@ def build_index(
             contexts whose walk at query time would take about this many suffix-array probes or
             more (file ntdcache.bin, a few % of the index); 0 turns it off.
     """
+    if vocab_size is not None:
+        vocab_size = _check_count("vocab_size", vocab_size, 1)
+    if max_shard_tokens is not None:
+        max_shard_tokens = _check_count("max_shard_tokens", max_shard_tokens, 1)
+    batch_size = _check_count("batch_size", batch_size, 1)
+    num_proc = _check_count("num_proc", 1 if num_proc is None else num_proc, 1)
+    budget = parse_size(memory_budget)
     out = resolve_out_dir(out_dir)
     check_out_dir(out, overwrite=overwrite, sources=source_paths(source))
     clean_stale_builds(out)  # it may put back an index a killed build had moved aside: check again
@@ -222,18 +246,14 @@ def build_index(
             raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {tok_vocab} ids")
         vocab_size = vocab_size or tok_vocab
     width = fmt.token_width_for(int(vocab_size))
-    budget = parse_size(memory_budget)
     shard_cap = max_shard_len(budget, width)
     if max_shard_tokens is not None:
-        if max_shard_tokens < 1:
-            raise ValueError(f"max_shard_tokens must be positive, got {max_shard_tokens}")
-        shard_cap = min(shard_cap, int(max_shard_tokens))
+        shard_cap = min(shard_cap, max_shard_tokens)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_build_dir(out)
     tokenized = None
-    writer: Optional[ShardWriter] = None
-    metawriter: Optional[fmt.DocMetaWriter] = None
+    feeder: Optional[ShardFeeder] = None
     started = time.time()
     _phase("")
     bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
@@ -247,7 +267,7 @@ def build_index(
             w = ShardWriter(d, width, int(vocab_size), ntd_cache_min_cost=ntd_cache_min_cost)
             return w, (fmt.DocMetaWriter(d) if has_meta else None)
 
-        def close_shard() -> None:
+        def close_shard(writer: ShardWriter, metawriter: Optional[fmt.DocMetaWriter]) -> None:
             _phase("documents taken in")
             entry = writer.finish()
             _phase("")  # (the C core timed its own phases)
@@ -255,42 +275,24 @@ def build_index(
                 metawriter.close()
             shards.append(entry)
 
-        tokenized = _Tokenized(tok, num_proc) if tok is not None else None
         batches = iter_batches(source, text_column=text_column, metadata_columns=metadata_columns,
                                batch_size=batch_size)
-        stream = tokenized.map(batches) if tokenized else ((b.ids, b.metadata) for b in batches if b.ids is not None or _reject_text(b))
-        writer, metawriter = open_shard()
-        scratch = _Scratch()
+        if tok is not None:
+            tokenized = _Tokenized(tok, tokenizer_processes(tok, num_proc, source_length(source), batch_size))
+            stream = tokenized.map(batches)
+        else:
+            stream = ((b.ids, b.metadata) for b in batches if b.ids is not None or _reject_text(b))
+        feeder = ShardFeeder(open_shard, close_shard, shard_cap, int(vocab_size))
         for seqs, metas in stream:
-            ids, offsets = _flatten(seqs, int(vocab_size), scratch)
-            # Split the batch where the shard fills up (a single document may not exceed a shard).
-            start = 0
-            n_docs = len(seqs)
-            while start < n_docs:
-                room = shard_cap - writer.total_len
-                sizes = offsets[start + 1:] - offsets[start] + np.arange(1, n_docs - start + 1)
-                fit = int(np.searchsorted(sizes, room, side="right"))
-                if fit == 0:
-                    if writer.num_docs == 0:
-                        raise ValueError(
-                            f"a document of {int(offsets[start + 1] - offsets[start])} tokens does not fit a shard "
-                            f"of {shard_cap} tokens; raise memory_budget")
-                    close_shard()
-                    writer, metawriter = open_shard()
-                    continue
-                writer.add(ids, offsets[start:start + fit + 1])
-                if metawriter is not None:
-                    for m in metas[start:start + fit]:
-                        metawriter.add(m)
-                start += fit
-            tokens_seen += int(offsets[-1])
-            bar.update(n_docs)
+            tokens_seen += feeder.add(seqs, metas)
+            bar.update(len(seqs))
             elapsed = max(time.time() - started, 1e-9)
             bar.set_postfix(tokens=f"{tokens_seen:,}", tok_per_s=f"{tokens_seen / elapsed:,.0f}")
-        seqs = metas = ids = scratch = None  # the last batch's memory goes before the peak of finishing
-        if writer.num_docs or not shards:
-            close_shard()
-        writer = None
+        seqs = metas = stream = None  # the last batch's memory goes before the peak of finishing
+        feeder.release()
+        if feeder.writer.num_docs or not shards:
+            close_shard(feeder.writer, feeder.metawriter)
+        feeder = None
         meta = {
             "format": fmt.FORMAT_NAME,
             "format_version": fmt.FORMAT_VERSION,
@@ -320,8 +322,8 @@ def build_index(
         publish(tmp, out, overwrite)
         _phase("published")
     except BaseException:
-        if metawriter is not None:
-            metawriter.abort()
+        if feeder is not None and feeder.metawriter is not None:
+            feeder.metawriter.abort()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:

@@ -42,6 +42,13 @@ int ig_writer_add_docs(ig_writer *w, const uint32_t *ids, const int64_t *offsets
    widen their arrays. */
 int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int64_t *offsets,
                          int64_t n_docs, char *err, size_t errlen);
+/* Append one document in parts, so that a very long one need not be held whole by the caller:
+   the first call starts it, every call appends ids[0..n) (ids of id_width bytes, checked against
+   vocab_size), and the call with end_doc != 0 ends it (its separator). Until it is ended,
+   ig_writer_add_docs_w and ig_writer_finish refuse, and ig_writer_total_len does not count
+   its separator yet. */
+int ig_writer_add_part_w(ig_writer *w, const void *ids, int id_width, int64_t n, int end_doc,
+                         char *err, size_t errlen);
 /* Tokens (separators included) held so far: what a shard's memory budget is measured on. */
 int64_t ig_writer_total_len(const ig_writer *w);
 int64_t ig_writer_num_docs(const ig_writer *w);

@@ -28,6 +28,7 @@ struct ig_writer {
     uint64_t *docs; /* document start offsets */
     int64_t n_docs, docs_cap;
     int finished;
+    int doc_open; /* a document added in parts (ig_writer_add_part_w) is not ended yet */
     int64_t ntc_min_cost; /* ntdcache.bin threshold (0 = do not write it) */
     /* tokens.bin is written as documents arrive, so the disk works while the corpus streams
        in and SA-IS runs; -1 = not (yet) streaming: finish writes it whole */
@@ -154,21 +155,18 @@ static void copy_ids(ig_writer *w, const void *ids, int id_width, int64_t a, int
 
 static int tok_stream(ig_writer *w);
 
-int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int64_t *offsets, int64_t n_docs,
-                         char *err, size_t errlen) {
-    if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
-    if (id_width != 1 && id_width != 2 && id_width != 4) return ig_fail(err, errlen, IG_ERR_ARG, "id width must be 1, 2 or 4 bytes, not %d", id_width);
-    if (n_docs < 0 || (n_docs > 0 && (!ids || !offsets))) return ig_fail(err, errlen, IG_ERR_ARG, "bad documents");
-    int64_t add = 0;
-    for (int64_t d = 0; d < n_docs; d++) {
-        if (offsets[d + 1] < offsets[d]) return ig_fail(err, errlen, IG_ERR_ARG, "offsets decrease at document %lld", (long long)d);
-        add += offsets[d + 1] - offsets[d] + 1;
-    }
-    if (n_docs > 0 && offsets[0] < offsets[n_docs] && max_id(ids, id_width, offsets[0], offsets[n_docs]) >= w->vocab_size) {
-        for (int64_t i = offsets[0]; i < offsets[n_docs]; i++) /* name the first bad id */
+/* Every id of ids[a, b) must be in the vocabulary (names the first one that is not). */
+static int writer_check_ids(const ig_writer *w, const void *ids, int id_width, int64_t a, int64_t b, char *err, size_t errlen) {
+    if (a < b && max_id(ids, id_width, a, b) >= w->vocab_size) {
+        for (int64_t i = a; i < b; i++) /* name the first bad id */
             if (id_at(ids, id_width, i) >= w->vocab_size)
                 return ig_fail(err, errlen, IG_ERR_ARG, "token id %u is outside the vocabulary (size %u)", id_at(ids, id_width, i), w->vocab_size);
     }
+    return IG_OK;
+}
+
+/* Room for `add` more tokens and `add_docs` more documents. */
+static int reserve(ig_writer *w, int64_t add, int64_t add_docs, char *err, size_t errlen) {
     if (w->len + add > IG_MAX_SHARD_TOKENS)
         return ig_fail(err, errlen, IG_ERR_LIMIT, "shard would exceed %lld tokens", (long long)IG_MAX_SHARD_TOKENS);
     /* first documents: reserve for the largest shard there can be (12 GB of address space at
@@ -183,14 +181,14 @@ int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int6
     }
     int64_t old_cap = w->cap;
     if (grow((void **)&w->tokens, &w->cap, w->len + add, (size_t)w->width) ||
-        grow((void **)&w->docs, &w->docs_cap, w->n_docs + n_docs, sizeof(uint64_t)))
+        grow((void **)&w->docs, &w->docs_cap, w->n_docs + add_docs, sizeof(uint64_t)))
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory growing the shard to %lld tokens", (long long)(w->len + add));
     if (w->cap != old_cap && !w->tok_mem) advise_hugepages(w->tokens, (size_t)w->cap * (size_t)w->width);
-    for (int64_t d = 0; d < n_docs; d++) {
-        w->docs[w->n_docs++] = (uint64_t)w->len;
-        copy_ids(w, ids, id_width, offsets[d], offsets[d + 1]);
-        put_tok(w, w->len++, w->sep);
-    }
+    return IG_OK;
+}
+
+/* After tokens were added: stream them to tokens.bin, fault in pages ahead. */
+static void added(ig_writer *w) {
     (void)tok_stream(w);
     /* the next documents' token pages (a quarter of what came so far, at most 16M tokens:
        memory held ahead stays small) and the suffix array of what came so far */
@@ -198,6 +196,50 @@ int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int6
     int64_t tok_want = w->len + ahead < IG_MAX_SHARD_TOKENS ? w->len + ahead : IG_MAX_SHARD_TOKENS;
     ig_prefault_want(w->tok_mem, (size_t)tok_want * (size_t)w->width);
     ig_prefault_want(w->sa_mem, (size_t)w->len * sizeof(int32_t));
+}
+
+int ig_writer_add_docs_w(ig_writer *w, const void *ids, int id_width, const int64_t *offsets, int64_t n_docs,
+                         char *err, size_t errlen) {
+    if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    if (w->doc_open) return ig_fail(err, errlen, IG_ERR_ARG, "a document added in parts is not ended");
+    if (id_width != 1 && id_width != 2 && id_width != 4) return ig_fail(err, errlen, IG_ERR_ARG, "id width must be 1, 2 or 4 bytes, not %d", id_width);
+    if (n_docs < 0 || (n_docs > 0 && (!ids || !offsets))) return ig_fail(err, errlen, IG_ERR_ARG, "bad documents");
+    int64_t add = 0;
+    for (int64_t d = 0; d < n_docs; d++) {
+        if (offsets[d + 1] < offsets[d]) return ig_fail(err, errlen, IG_ERR_ARG, "offsets decrease at document %lld", (long long)d);
+        add += offsets[d + 1] - offsets[d] + 1;
+    }
+    int rc = n_docs > 0 ? writer_check_ids(w, ids, id_width, offsets[0], offsets[n_docs], err, errlen) : IG_OK;
+    if (!rc) rc = reserve(w, add, n_docs, err, errlen);
+    if (rc) return rc;
+    for (int64_t d = 0; d < n_docs; d++) {
+        w->docs[w->n_docs++] = (uint64_t)w->len;
+        copy_ids(w, ids, id_width, offsets[d], offsets[d + 1]);
+        put_tok(w, w->len++, w->sep);
+    }
+    added(w);
+    return IG_OK;
+}
+
+int ig_writer_add_part_w(ig_writer *w, const void *ids, int id_width, int64_t n, int end_doc, char *err,
+                         size_t errlen) {
+    if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    if (id_width != 1 && id_width != 2 && id_width != 4) return ig_fail(err, errlen, IG_ERR_ARG, "id width must be 1, 2 or 4 bytes, not %d", id_width);
+    if (n < 0 || (n > 0 && !ids)) return ig_fail(err, errlen, IG_ERR_ARG, "bad document part");
+    /* (room for the separator is kept from the first part on, so ending never fails) */
+    int rc = writer_check_ids(w, ids, id_width, 0, n, err, errlen);
+    if (!rc) rc = reserve(w, n + 1, w->doc_open ? 0 : 1, err, errlen);
+    if (rc) return rc;
+    if (!w->doc_open) {
+        w->docs[w->n_docs++] = (uint64_t)w->len;
+        w->doc_open = 1;
+    }
+    copy_ids(w, ids, id_width, 0, n);
+    if (end_doc) {
+        put_tok(w, w->len++, w->sep);
+        w->doc_open = 0;
+    }
+    added(w);
     return IG_OK;
 }
 
@@ -509,6 +551,7 @@ static void *ntc_run(void *arg) {
 
 int ig_writer_finish(ig_writer *w, char *err, size_t errlen) {
     if (!w || w->finished) return ig_fail(err, errlen, IG_ERR_ARG, "writer is finished");
+    if (w->doc_open) return ig_fail(err, errlen, IG_ERR_ARG, "a document added in parts is not ended");
     w->finished = 1;
     int64_t n = w->len, n_tok = w->len - w->n_docs;
     int rc = IG_OK;
