@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
+from ._safe_text import printable, printable_json
 from .errors import InfiniGramError, TokenizerMismatchError
 
 PROG = "infinigram-hf"
@@ -59,17 +61,23 @@ def to_json(obj: Any, indent: int = 0) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """Print a JSON document on stdout (UTF-8, see to_json)."""
-    sys.stdout.write(to_json(obj) + "\n")
+    """Print a JSON document on stdout (UTF-8, see to_json; the control and invisible
+    characters JSON leaves raw are written as \\u escapes, so file content cannot drive the
+    terminal)."""
+    sys.stdout.write(printable_json(to_json(obj)) + "\n")
+
+
+_ID = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
 
 
 def parse_ids(text: str) -> List[int]:
-    """'1,2, 3' -> [1, 2, 3]; '' -> [] (the empty query)."""
+    """'1,2, 3' -> [1, 2, 3]; '' -> [] (the empty query). ASCII digits only: int() would also
+    read '١٢' (Arabic-Indic) or '１２' (fullwidth) as 12."""
     parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise CLIError(f"--ids must be comma-separated integers, got {text!r}") from None
+    bad = next((p for p in parts if not _ID.fullmatch(p)), None)
+    if bad is not None:
+        raise CLIError(f"--ids must be comma-separated integers (ASCII digits), got {text[:80]!r}")
+    return [int(p) for p in parts]
 
 
 def parse_columns(text: Optional[str]) -> List[str]:
@@ -271,7 +279,7 @@ def run_build(args: argparse.Namespace) -> int:
     with index:
         if not args.quiet:
             n = max(index.num_tokens, 1)
-            print(f"built {out}: {index.num_tokens:,} tokens in {index.num_docs:,} documents, "
+            print(f"built {printable(str(out))}: {index.num_tokens:,} tokens in {index.num_docs:,} documents, "
                   f"{index.num_shards} shard(s), {index.disk_bytes() / n:.2f} bytes/token on disk, "
                   f"{seconds:.1f} s")
     return 0
@@ -541,15 +549,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_option_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """argparse drops a '--' given as an option's value ('--ids=--') and stores [] instead of
+    a string (Python <= 3.12); refuse it rather than fail on a list later."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        if action.option_strings and action.nargs is None and isinstance(getattr(args, action.dest, None), list):
+            raise CLIError(f"{action.option_strings[-1]}: '--' is not a valid value")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_option_values(parser, args)
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PROG} {args.command}: error: {msg}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {printable(msg)}", file=sys.stderr)  # (paths, file content)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
+from ._safe_text import printable_text
 from .cli import CLIError, load_index_tokenizer, open_index, parse_ids, print_json
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".c", ".h", ".rst", ".json", ".html"}
@@ -146,7 +147,8 @@ def run_generate(args: argparse.Namespace) -> int:
                         "median_effective_n": float(np.median(g.suffix_len) + 1) if len(g.suffix_len) else None,
                         "median_matches": float(np.median(g.matches)) if len(g.matches) else None})
         else:
-            sys.stdout.write(str(g) + ("\n" if args.num > 1 or not str(g).endswith("\n") else ""))
+            text = str(g) + ("\n" if args.num > 1 or not str(g).endswith("\n") else "")
+            sys.stdout.write(printable_text(text) if sys.stdout.isatty() else text)  # (the corpus's bytes)
     if args.json:
         print_json(out if args.num > 1 else (out[0] if out else None))
     return 1 if failed == args.num else 0

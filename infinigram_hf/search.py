@@ -97,9 +97,7 @@ def index_tokenizer(index: Any) -> Optional[Any]:
         else:
             saved = Path(index.paths[0]) / "tokenizer"
             if saved.is_dir():
-                from transformers import AutoTokenizer
-
-                tok = AutoTokenizer.from_pretrained(str(saved))
+                tok = tk.resolve_tokenizer(str(saved))  # (never runs code from the index)
     with _TOK_LOCK:
         _TOKENIZERS[index] = tok
     return tok

@@ -9,6 +9,8 @@ import hashlib
 import json
 from typing import Any, List, Optional, Sequence
 
+from ._safe_text import printable
+
 BYTES_NAME = "bytes-utf8"
 # Valid UTF-8 never contains the byte 0xFF, so it is free to be the 8-bit document separator.
 BYTE_VOCAB_SIZE = 255
@@ -46,12 +48,16 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, str):
         from transformers import AutoTokenizer
 
+        # trust_remote_code=False, said explicitly: a tokenizer saved in an index someone else made
+        # may name code of its own (auto_map); transformers would otherwise ask on stdin whether
+        # to run it (and wait there), and never should it run.
         try:
-            return AutoTokenizer.from_pretrained(tokenizer)
-        except OSError as exc:
+            return AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False)
+        except (OSError, ValueError) as exc:
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(
                 f"could not load tokenizer {tokenizer!r}: pass a local tokenizer directory, a "
-                f"tokenizer object, or None for bytes ({exc})") from None
+                f"tokenizer object, or None for bytes ({printable(why)})") from None
     try:
         from tokenizers import Tokenizer
     except ImportError:  # pragma: no cover

@@ -71,7 +71,7 @@ def _load_tokenizer(tokenizer: Any, model: Any, index: InfiniGramIndex) -> Any:
     candidates += [str(p / "tokenizer") for p in index.paths]
     for path in candidates:
         try:
-            return AutoTokenizer.from_pretrained(path)
+            return AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # (no code from an index)
         except (OSError, ValueError):
             continue
     raise ValueError("no tokenizer given and none found in the model directory or the index; pass tokenizer=")
