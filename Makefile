@@ -2,14 +2,16 @@
 #
 #   make demo         .venv-demo: torch (CPU), the package; runs python -m infinigram_hf.demo
 #   make test         .venv-test: torch (CPU), the package with [test]; runs the test suite
-#   make ci           what CI runs (.ci/run): make test, then native-test, fuzz for CI_FUZZ_SECONDS
-#                     (20) per target, and sanitize (the whole suite under ASan + UBSan)
+#   make ci           what CI runs (.ci/run): make test, then native-test, fuzz (fixed seeds) and
+#                     sanitize (the whole suite under ASan + UBSan)
 #   make native       rebuild the C core in place (into .venv-test's editable install)
 #   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
 #   make native-test  the C tests (native/tests/) built with AddressSanitizer + UBSan
 #   make sanitize     native-test, then the whole suite against the core built with ASan + UBSan
 #                     (.venv-sanitize; tools/sanitize.sh)
-#   make fuzz         bounded fuzzing, FUZZ_SECONDS (60) per target (fuzz/run.sh, fuzz/README.md)
+#   make fuzz         deterministic fuzzing (CI): saved findings replayed, then a fixed number of
+#                     executions per target from seed FUZZ_SEED (1) (fuzz/run.sh, fuzz/README.md)
+#   make fuzz-long    random fuzzing for FUZZ_SECONDS (1800) per target, to find new bugs
 #   make soak         the load tests for SOAK_SECONDS (60) instead of a few seconds
 #   make clean        remove build outputs and the make-created virtualenvs
 #
@@ -27,12 +29,13 @@ DEMO_VENV := .venv-demo
 TEST_VENV := .venv-test
 SDIST_VENV := .venv-sdist
 SAN_VENV := .venv-sanitize
-FUZZ_SECONDS ?= 60
-CI_FUZZ_SECONDS ?= 20
+FUZZ_SEED ?= 1
+FUZZ_CAP_SECONDS ?= 300
+FUZZ_SECONDS ?= 1800
 SOAK_SECONDS ?= 60
 PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
 
-.PHONY: demo test ci native sdist-check clean venv-demo venv-test native-test sanitize fuzz soak
+.PHONY: demo test ci native sdist-check clean venv-demo venv-test native-test sanitize fuzz fuzz-long fuzz-deps soak
 .PRECIOUS: %/.venv-ready
 
 # A venv is made once; its marker file records that pip and torch are in.
@@ -86,10 +89,10 @@ export SDIST_SMOKE
 
 # ---- reliability (RELIABILITY.md): sanitizers, fuzzing, load
 
-# CI (.ci/run): the suite first (fails fast), then the C tests and bounded fuzzing (libFuzzer
+# CI (.ci/run): the suite first (fails fast), then the C tests and deterministic fuzzing
+# (fixed seeds and execution counts: a gate that fails on the change, never on chance; libFuzzer
 # with clang, else the gcc driver), then the whole suite again against the sanitized core.
-# About 20 minutes on 2 cores (RELIABILITY.md has the measured parts).
-ci: FUZZ_SECONDS = $(CI_FUZZ_SECONDS)
+# Under 20 minutes on 2 cores (RELIABILITY.md has the measured parts).
 ci: test native-test fuzz sanitize
 
 native-test:
@@ -103,9 +106,17 @@ sanitize: native-test $(SAN_VENV)/.venv-ready
 # libFuzzer targets need clang with its runtime (apt-get install clang libclang-rt-dev, or
 # clang-14 libclang-rt-14-dev); without it they run under a gcc driver (same sanitizers, not
 # coverage-guided). The Python targets use atheris, installed into the test venv.
-fuzz: venv-test
+fuzz-deps: venv-test
 	@$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q atheris \
 	  || echo "make fuzz: atheris did not install; the Python targets will be skipped" >&2
+
+# The same executions on every run (FUZZ_CAP_SECONDS per target is only a safety cap).
+fuzz: fuzz-deps
+	fuzz/run.sh -s $(FUZZ_SEED) -t $(FUZZ_CAP_SECONDS) -p $(TEST_VENV)/bin/python
+
+# Random runs that keep their corpus in build/fuzz/work/; a finding goes to fuzz/regressions/
+# with a test (fuzz/README.md), so that `make fuzz` replays it from then on.
+fuzz-long: fuzz-deps
 	fuzz/run.sh -t $(FUZZ_SECONDS) -p $(TEST_VENV)/bin/python
 
 soak: venv-test

@@ -1,6 +1,7 @@
 /* standalone.c - a small driver for the fuzz targets where clang's libFuzzer is missing (gcc
- * builds): it runs every seed, then mutates random seeds (bit flips, byte writes, inserts,
- * erases, splices, truncations) until the time or run budget is spent. Not coverage-guided,
+ * builds): it runs every seed (in file name order), then mutates random seeds (bit flips, byte
+ * writes, inserts, erases, splices, truncations) until the time or run budget is spent; the
+ * same -seed and inputs give the same executions. Not coverage-guided,
  * but it runs under the same sanitizers and takes libFuzzer's flags that fuzz/run.sh uses:
  *
  *   target [-max_total_time=S] [-runs=N] [-seed=N] [-max_len=N] [-artifact_prefix=P]
@@ -77,19 +78,21 @@ static void add_path(const char *path) {
         add_file(path);
         return;
     }
-    DIR *d = opendir(path);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char sub[4096];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        add_file(sub);
+    struct dirent **names;
+    int n = scandir(path, &names, NULL, alphasort); /* sorted: a seed's number is the same everywhere */
+    if (n < 0) return;
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.') {
+            char sub[4096];
+            snprintf(sub, sizeof sub, "%s/%s", path, names[i]->d_name);
+            add_file(sub);
+        }
+        free(names[i]);
     }
-    closedir(d);
+    free(names);
 }
 
-static uint64_t rs = 88172645463325252ull;
+static uint64_t rs;
 static uint64_t rnd(void) {
     rs ^= rs << 13;
     rs ^= rs >> 7;
@@ -151,16 +154,18 @@ int main(int argc, char **argv) {
     long long runs = -1;
     size_t max_len = 4096;
     int inputs = 0;
+    rs = ((uint64_t)time(NULL) << 20 ^ (uint64_t)getpid()) | 1; /* random unless -seed= says */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strncmp(a, "-max_total_time=", 16)) max_time = atof(a + 16);
         else if (!strncmp(a, "-runs=", 6)) runs = atoll(a + 6);
-        else if (!strncmp(a, "-seed=", 6)) rs = (uint64_t)atoll(a + 6) | 1;
+        else if (!strncmp(a, "-seed=", 6)) rs = (uint64_t)strtoull(a + 6, NULL, 10) | 1;
         else if (!strncmp(a, "-max_len=", 9)) max_len = (size_t)atoll(a + 9);
         else if (!strncmp(a, "-artifact_prefix=", 17)) snprintf(artifact, sizeof artifact, "%s", a + 17);
         else if (a[0] == '-') continue;
         else add_path(a), inputs++;
     }
+    fprintf(stderr, "INFO: Seed: %llu\n", (unsigned long long)rs); /* (as libFuzzer: -seed=N repeats a run) */
     if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
     if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(save_current);
     signal(SIGSEGV, on_signal);
