@@ -234,7 +234,7 @@ int ig_writer_add_part_w(ig_writer *w, const void *ids, int id_width, int64_t n,
         w->docs[w->n_docs++] = (uint64_t)w->len;
         w->doc_open = 1;
     }
-    copy_ids(w, ids, id_width, 0, n);
+    if (n > 0) copy_ids(w, ids, id_width, 0, n); /* (ids may be NULL when n is 0: no memcpy from it) */
     if (end_doc) {
         put_tok(w, w->len++, w->sep);
         w->doc_open = 0;
