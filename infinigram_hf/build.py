@@ -26,9 +26,9 @@ from tqdm.auto import tqdm
 
 from . import format as fmt
 from . import tokenization as tk
-from ._publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
-from ._native import lib
 from ._ingest import ByteText, ShardFeeder
+from ._native import lib
+from ._publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from ._shard_writer import ShardWriter
 from .index import InfiniGramIndex
 from .sources import Batch, iter_batches, source_length, source_paths
@@ -155,8 +155,8 @@ class _Tokenized:
             else:
                 pending.append((self.pool.apply_async(_worker_encode, (b.texts,)), b))
             while len(pending) > 2 * self.procs or (pending and pending[0][0] is not None and pending[0][0].ready()):
-                res, first = pending.pop(0)
-                yield (first.ids if res is None else res.get()), first.metadata
+                res, ready = pending.pop(0)
+                yield (ready.ids if res is None else res.get()), ready.metadata
         for res, b in pending:
             yield (b.ids if res is None else res.get()), b.metadata
 
