@@ -43,9 +43,12 @@ typedef struct {
 
 static inline int fz_more(const fz_in *in) { return in->i < in->n; }
 static inline uint8_t fz_u8(fz_in *in) { return in->i < in->n ? in->p[in->i++] : 0; }
-static inline uint16_t fz_u16(fz_in *in) { return (uint16_t)(fz_u8(in) | (fz_u8(in) << 8)); }
-static inline uint32_t fz_u32(fz_in *in) { return (uint32_t)fz_u16(in) | ((uint32_t)fz_u16(in) << 16); }
-static inline uint64_t fz_u64(fz_in *in) { return (uint64_t)fz_u32(in) | ((uint64_t)fz_u32(in) << 32); }
+/* Little-endian; the low part is read first in its own statement (the two operands of `|` may
+   be evaluated in either order: gcc read these lengths byte-swapped, so no seed of the open
+   target opened in gcc builds). */
+static inline uint16_t fz_u16(fz_in *in) { uint16_t lo = fz_u8(in); return (uint16_t)(lo | (fz_u8(in) << 8)); }
+static inline uint32_t fz_u32(fz_in *in) { uint32_t lo = fz_u16(in); return lo | ((uint32_t)fz_u16(in) << 16); }
+static inline uint64_t fz_u64(fz_in *in) { uint64_t lo = fz_u32(in); return lo | ((uint64_t)fz_u32(in) << 32); }
 
 /* A "length" or "index": mostly small, sometimes anything (negative and huge included). */
 static inline int64_t fz_len(fz_in *in, int64_t small) {

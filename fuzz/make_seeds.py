@@ -3,6 +3,8 @@
 - open/: small real indexes (token widths 1, 2, 4; one or two shards; with and without
   ntdcache.bin; an empty corpus) serialized as fuzz_open.c reads them: per file a record
   [tag u8][length u32 LE][bytes], tag = file kind (0 tokens.bin .. 4 ntdcache.bin) + 8 * shard.
+  Plus forged variants of those indexes (forged_seeds): cases that once crashed the core at open
+  or first use, so that mutations start from them too.
 - build/: token streams for fuzz_build.c ([width][vocab][ntd cache][batch] then tokens, 0xFF
   ending a document).
 
@@ -55,6 +57,27 @@ def open_seeds(tmp: Path) -> dict[str, bytes]:
     return seeds
 
 
+def _unigram_wrapping_counts(index_dir: Path) -> None:
+    """Shard 0's first two unigram counts forged so that their uint64 sum wraps around 2^64 to the
+    true total: the first token's suffix-array range then reached 2^62 ranks past the array, and
+    count([t, x]) crashed (SIGSEGV) before open checked each count against what is left."""
+    path = index_dir / "shard_00000" / "unigram.bin"
+    data = bytearray(path.read_bytes())
+    (c0,), (c1,) = struct.unpack_from("<Q", data, 64 + 8), struct.unpack_from("<Q", data, 64 + 24)
+    struct.pack_into("<Q", data, 64 + 8, 2**62)
+    struct.pack_into("<Q", data, 64 + 24, (c0 + c1 - 2**62) % 2**64)
+    path.write_bytes(bytes(data))
+
+
+def forged_seeds(tmp: Path) -> dict[str, bytes]:
+    from infinigram_hf.build import build_index
+
+    docs = [[1, 2, 3, 1, 2, 4] * 4, [0, 2, 2], [5, 4, 3, 2, 1, 0]]
+    build_index(docs, tmp / "forged-unigram", vocab_size=8, ntd_cache_min_cost=0, progress=False).close()
+    _unigram_wrapping_counts(tmp / "forged-unigram")
+    return {"unigram-counts-wrap": serialize(tmp / "forged-unigram")}
+
+
 def build_seeds() -> dict[str, bytes]:
     def stream(width_sel: int, vocab: bytes, ntc: int, batch: int, tokens: bytes) -> bytes:
         return bytes([width_sel]) + vocab + bytes([ntc, batch]) + tokens
@@ -72,7 +95,8 @@ def build_seeds() -> dict[str, bytes]:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        for target, seeds in (("open", open_seeds(Path(tmp))), ("build", build_seeds())):
+        open_corpus = {**open_seeds(Path(tmp)), **forged_seeds(Path(tmp))}
+        for target, seeds in (("open", open_corpus), ("build", build_seeds())):
             out = ROOT / "corpus" / target
             out.mkdir(parents=True, exist_ok=True)
             for name, data in seeds.items():

@@ -3,6 +3,7 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import array
+import contextlib
 import itertools
 import os
 import random
@@ -15,6 +16,7 @@ import numpy as np
 
 from . import format as fmt
 from ._containment import check_contained
+from ._index_files import IndexDir
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import IndexFormatError, InfiniGramError
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
@@ -106,6 +108,25 @@ def _identity(path: Path) -> Optional[tuple]:
     return d.st_dev, d.st_ino, m.st_ino, m.st_mtime_ns, m.st_size
 
 
+def _shard_sizes(ix: Any, shard: int) -> tuple[int, int, int, int]:
+    """num_tokens, total_len, num_docs and suffix-array width of one shard of a C handle."""
+    a, b, c = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    w = ffi.new("int *")
+    if lib.ig_shard_info(ix, shard, a, b, c, w) != 0:
+        raise ValueError(f"shard {shard} out of range")
+    return int(a[0]), int(b[0]), int(c[0]), int(w[0])
+
+
+def _releaser(docmeta: list) -> Any:
+    """The destructor of a C handle: unmap the index, close its metadata files (no reference to
+    the index object, so that the handle never keeps it alive)."""
+    def release(handle: Any) -> None:
+        lib.ig_close(handle)
+        for d in docmeta:
+            d.close()
+    return release
+
+
 class InfiniGramIndex:
     """A read-only ∞-gram index (one or several index directories queried as one).
 
@@ -117,27 +138,44 @@ class InfiniGramIndex:
     Thread-safe: any number of threads may query one index at once; the C calls release the GIL.
     """
 
-    def __init__(self, paths: Sequence[Path], metas: list[dict[str, Any]]):
+    def __init__(self, paths: Sequence[Path], metas: list[dict[str, Any]],
+                 roots: Optional[Sequence[IndexDir]] = None):
         self.paths = list(paths)
         self.meta = metas[0]
         self._metas = metas
-        shard_dirs = [Path(p) / s["dir"] for p, m in zip(paths, metas) for s in m["shards"]]
-        self._shard_dirs = shard_dirs
-        c_dirs = [ffi.new("char[]", os.fsencode(d)) for d in shard_dirs]
-        arr = ffi.new("char *[]", c_dirs)
-        out = ffi.new("ig_index **")
-        err = err_buffer()
-        check(lib.ig_open(out, arr, len(c_dirs), err, len(err)), err)
-        self._ix = ffi.gc(out[0], lib.ig_close)  # freed with its last reference (see _Query)
-        info = ffi.new("ig_info *")
-        lib.ig_get_info(self._ix, info)
-        self._info = info
+        self._ix = None
         self._lock = threading.Lock()  # serializes close()
-        self._check_against_meta()
-        self._shard_docs = np.zeros(len(shard_dirs) + 1, dtype=np.int64)
-        for i in range(len(shard_dirs)):
-            self._shard_docs[i + 1] = self._shard_docs[i] + self._shard_info(i)[2]
-        self._docmeta = [fmt.DocMetadata(d, self._shard_info(i)[2]) for i, d in enumerate(shard_dirs)]
+        with contextlib.ExitStack() as stack:  # every directory descriptor is closed on the way out
+            if roots is None:
+                roots = [stack.enter_context(IndexDir.open_root(p)) for p in self.paths]
+            # shard directories opened inside the index directory's descriptor, without following
+            # links; the C core opens their files the same way (native/src/files.c)
+            shards = [stack.enter_context(r.subdir(s["dir"])) for r, m in zip(roots, metas) for s in m["shards"]]
+            self._shard_dirs = [d.path for d in shards]
+            names = [ffi.new("char[]", os.fsencode(d.path)) for d in shards]
+            out = ffi.new("ig_index **")
+            err = err_buffer()
+            check(lib.ig_open_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
+                                 len(shards), err, len(err)), err)
+            raw, docmeta = out[0], []
+            try:
+                info = ffi.new("ig_info *")
+                lib.ig_get_info(raw, info)
+                self._info = info
+                self._check_against_meta()
+                docs = [_shard_sizes(raw, i)[2] for i in range(len(shards))]
+                for d, n in zip(shards, docs):
+                    docmeta.append(fmt.DocMetadata(d, n))
+            except BaseException:  # nothing of a failed open stays open (1,000 failures leaked 1,000 fds)
+                for d in docmeta:
+                    d.close()
+                lib.ig_close(raw)
+                raise
+        self._shard_docs = np.concatenate([[0], np.cumsum(docs, dtype=np.int64)]).astype(np.int64)
+        self._docmeta = docmeta
+        # The C handle and the metadata files are released together, with the handle's last
+        # reference (see _Query): a query holding the handle can still read both after close().
+        self._ix = ffi.gc(raw, _releaser(docmeta))
 
     # ------------------------------------------------------------ opening and closing
 
@@ -182,44 +220,42 @@ class InfiniGramIndex:
 
     @classmethod
     def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":
-        for p in paths:  # no file outside the index directory is ever opened (links included)
-            check_contained(p)
-        metas = [fmt.read_meta(p) for p in paths]
-        first = metas[0]
-        for p, m in zip(paths[1:], metas[1:]):
-            for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
-                if m.get(key) != first.get(key):
-                    raise ValueError(
-                        f"cannot open {paths[0]} and {p} as one index: their {key} differ "
-                        f"({first.get(key)!r} vs {m.get(key)!r})")
-        return cls(paths, metas)
+        with contextlib.ExitStack() as stack:
+            roots = []
+            for p in paths:
+                check_contained(p)  # (links that lead outside, anywhere in the index: e.g. tokenizer/)
+                roots.append(stack.enter_context(IndexDir.open_root(p)))
+            metas = [fmt.read_meta(r) for r in roots]
+            first = metas[0]
+            for p, m in zip(paths[1:], metas[1:]):
+                for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
+                    if m.get(key) != first.get(key):
+                        raise ValueError(
+                            f"cannot open {paths[0]} and {p} as one index: their {key} differ "
+                            f"({fmt.shown(first.get(key))} vs {fmt.shown(m.get(key))})")
+            return cls(paths, metas, roots)
 
     def _check_against_meta(self) -> None:
         info = self._info
         for key, value in (("token_width", info.token_width), ("vocab_size", info.vocab_size),
                            ("separator_id", info.separator)):
             if self.meta[key] != value:
-                self.close()
                 raise IndexFormatError(
-                    f"{self.paths[0] / fmt.META_FILE}: {key} = {self.meta[key]} but the shard files say {value}")
+                    f"{self.paths[0] / fmt.META_FILE}: {key} = {fmt.shown(self.meta[key])} but the shard files say {value}")
         want_tokens = sum(m["num_tokens"] for m in self._metas)
         want_docs = sum(m["num_docs"] for m in self._metas)
         if (want_tokens, want_docs) != (info.num_tokens, info.num_docs):
-            self.close()
             raise IndexFormatError(
                 f"{self.paths[0] / fmt.META_FILE}: says {want_tokens} tokens / {want_docs} documents, "
                 f"the shard files hold {info.num_tokens} / {info.num_docs}")
 
     def close(self) -> None:
         """Close the index: queries started from now on raise; queries already running in
-        other threads finish, and the files are unmapped when the last of them returns.
-        Idempotent."""
+        other threads finish, and the files are unmapped (and the metadata files closed) when
+        the last of them returns. Idempotent."""
         with self._lock:
             ix, self._ix = self._ix, None
-            if ix is not None:
-                for d in self._docmeta if hasattr(self, "_docmeta") else []:
-                    d.close()
-            del ix  # (ig_close runs now, or when the last running query drops its reference)
+            del ix  # (released now, or when the last running query drops its reference)
 
     def __enter__(self) -> "InfiniGramIndex":
         return self
@@ -283,12 +319,8 @@ class InfiniGramIndex:
         return self.meta.get("eos_token_id")
 
     def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
-        a, b, c = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        w = ffi.new("int *")
         with self._handle() as ix:
-            if lib.ig_shard_info(ix, shard, a, b, c, w) != 0:
-                raise ValueError(f"shard {shard} out of range")
-        return int(a[0]), int(b[0]), int(c[0]), int(w[0])
+            return _shard_sizes(ix, shard)
 
     def disk_bytes(self) -> int:
         """Bytes of all index files on disk."""
@@ -466,12 +498,13 @@ class InfiniGramIndex:
         shard, local = self._split_doc_id(doc_id)
         length = ffi.new("int64_t *")
         err = err_buffer()
-        with self._handle() as ix:
+        with self._handle() as ix:  # the metadata too: its file is closed with the handle's last reference
             lib.ig_get_doc(ix, shard, local, ffi.NULL, 0, length, err, len(err))
             out = np.empty(int(length[0]), dtype=np.uint32)
             rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
-        check(rc, err)
-        return Document(doc_id=int(doc_id), token_ids=out, metadata=self._docmeta[shard].get(local), shard=shard)
+            check(rc, err)
+            metadata = self._docmeta[shard].get(local)
+        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard)
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""

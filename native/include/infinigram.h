@@ -64,9 +64,16 @@ int64_t ig_writer_peak_bytes(int64_t total_len, int token_width);
 typedef struct ig_index ig_index;
 
 /* Open and validate shards (each a directory written by ig_writer_finish). All shards must
-   agree on token width and vocab size. The files are memory-mapped, not read. */
+   agree on token width and vocab size. The files are memory-mapped, not read. Each file is
+   opened inside its shard directory without following links or blocking, and must be a regular
+   file with one link (a link, FIFO or hard-linked file is IG_ERR_FORMAT naming it). */
 int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err,
             size_t errlen);
+/* The same for shard directories the caller opened (descriptors; `shard_names` name them in
+   messages): with directories opened relative to each other without following links, nothing
+   of the index is ever reached through a link. The descriptors stay the caller's. */
+int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards,
+               char *err, size_t errlen);
 void ig_close(ig_index *ix);
 
 typedef struct {

@@ -23,6 +23,8 @@ typedef struct {
     size_t size;
 } ig_map;
 
+#define IG_NTC_DEPTHS 3 /* contexts of 1..3 tokens may be cached (ntd_cache.h) */
+
 typedef struct {
     ig_map tok_map, sa_map, docs_map, uni_map;
     const uint8_t *tokens;   /* total_len tokens of token_width bytes */
@@ -30,6 +32,7 @@ typedef struct {
     const uint64_t *docs;    /* num_docs + 1 document start offsets, last = total_len */
     const uint64_t *uni;     /* n_uni (token, count) pairs sorted by token */
     int64_t *uni_start;      /* dense first-token SA ranks (vocab_size + 1) or NULL */
+    int64_t *uni_rank;       /* else: first SA rank of each unigram entry (n_uni + 1) */
     int64_t total_len, num_tokens, num_docs, n_uni;
     int sa_width;
     uint64_t sa_mask;
@@ -39,8 +42,11 @@ typedef struct {
     const uint32_t *ntc_ent; /* ntc_entries (token, count) pairs */
     int64_t ntc_n, ntc_entries;
     int64_t ntc_min_count; /* contexts this frequent (depth 1..3) are all cached */
-    uint32_t *ntc_slots;    /* open-addressing table (depth, lo) -> record + 1, built at open */
-    uint64_t ntc_mask;      /* slots - 1 (a power of two) */
+    int64_t *ntc_lo;        /* each record's lo, copied at open (sorted within a depth) */
+    int64_t ntc_depth_at[IG_NTC_DEPTHS + 2]; /* first record of each depth 1..3 (and the end) */
+    uint32_t *ntc_bucket;   /* per depth: first record of each bucket of 2^ntc_shift[d] ranks */
+    int64_t ntc_bucket_at[IG_NTC_DEPTHS + 2]; /* where depth d's buckets start in ntc_bucket */
+    int ntc_shift[IG_NTC_DEPTHS + 1];
     uint8_t *ntc_checked;   /* per record: 0 not yet, 1 entries valid, 2 corrupt (checked on first use) */
     uint32_t ntc_vocab, ntc_sep;
 } ig_shard;
@@ -54,6 +60,16 @@ struct ig_index {
 };
 
 int ig_fail(char *err, size_t errlen, int code, const char *fmt, ...);
+
+/* files.c: open `name` inside the directory dirfd for reading -- a regular file with one link,
+   never through a symbolic link, never blocking; `dir` names the directory in messages. An
+   absent optional file gives IG_OK with *fd_out = -1. */
+struct stat;
+int ig_open_index_file(int dirfd, const char *dir, const char *name, int optional, int *fd_out,
+                       struct stat *st, char *err, size_t errlen);
+/* Create path as a new file for writing (any old file of that name is unlinked first, never
+   truncated: another process may have it mapped). Returns the descriptor or -1 (errno set). */
+int ig_create_index_file(const char *path);
 
 static inline uint32_t ig_sep_for_width(int w) {
     return w == 1 ? 0xFFu : w == 2 ? 0xFFFFu : 0xFFFFFFFFu;

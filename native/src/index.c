@@ -12,21 +12,15 @@
 #include "common.h"
 #include "ntd_cache.h"
 
-static int map_file(ig_map *m, const char *dir, const char *name, char *err, size_t errlen) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s: path too long", name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+/* Map file `name` of the shard directory dirfd (named `dir` in messages); see files.c. */
+static int map_file(ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
+    int fd, rc;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: not a regular file", path);
-    }
+    if ((rc = ig_open_index_file(dirfd, dir, name, 0, &fd, &st, err, errlen))) return rc;
     if ((size_t)st.st_size < IG_HEADER_SIZE) {
         close(fd);
-        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: truncated (%lld bytes, header needs %d)",
-                       path, (long long)st.st_size, IG_HEADER_SIZE);
+        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: truncated (%lld bytes, header needs %d)",
+                       dir, name, (long long)st.st_size, IG_HEADER_SIZE);
     }
     /* Small files (docs, unigram) are read whole at open: one readahead instead of a page fault
        per 4-64 KB, which on a cold cache cost ~90 ms for a 100M-token index. Big files are
@@ -34,7 +28,7 @@ static int map_file(ig_map *m, const char *dir, const char *name, char *err, siz
     if (st.st_size <= ((off_t)8 << 20)) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s: mmap failed (%s)", path, strerror(errno));
+    if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s/%s: mmap failed (%s)", dir, name, strerror(errno));
     m->base = p;
     m->size = (size_t)st.st_size;
     return IG_OK;
@@ -73,37 +67,59 @@ static void close_shard(ig_shard *s) {
     unmap_file(&s->uni_map);
     free(s->uni_start);
     s->uni_start = NULL;
+    free(s->uni_rank);
+    s->uni_rank = NULL;
     ig_ntc_close(s);
 }
 
 /* Ask the kernel for every page open() will read, all at once: on a cold cache each page fault
    is a disk round trip (5-10 ms measured on a shared VM), and these reads then overlap. */
-static void prefetch_shard(const char *dir) {
+static void prefetch_shard(int dirfd) {
     static const char *const names[] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) continue;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
+        int fd;
         struct stat st;
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (st.st_size <= ((off_t)8 << 20)) {
-                (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-            } else { /* header; and the last page (the final separator, the last doc offset) */
-                (void)posix_fadvise(fd, 0, 4096, POSIX_FADV_WILLNEED);
-                (void)posix_fadvise(fd, st.st_size - 4096, 4096, POSIX_FADV_WILLNEED);
-            }
+        if (ig_open_index_file(dirfd, "", names[i], 1, &fd, &st, NULL, 0) || fd < 0) continue;
+        if (st.st_size <= ((off_t)8 << 20)) {
+            (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+        } else { /* header; and the last page (the final separator, the last doc offset) */
+            (void)posix_fadvise(fd, 0, 4096, POSIX_FADV_WILLNEED);
+            (void)posix_fadvise(fd, st.st_size - 4096, 4096, POSIX_FADV_WILLNEED);
         }
         close(fd);
     }
 }
 
-static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *vocab, char *err,
+/* The first suffix-array rank of every first token, from unigram.bin's counts (each already
+   checked: positive, and all together exactly num_tokens, so every rank is in range). A dense
+   table (O(1) per query) costs 8 bytes per vocabulary id, so it is built only where the shard
+   holds about as many tokens as the vocabulary has ids; otherwise the ranks of the tokens that
+   occur (8 bytes per unigram.bin entry) are binary-searched. Memory at open thus follows what
+   the files hold: a 2^24 vocabulary cost 128 MiB per shard even for a shard of 20 tokens. */
+static int build_first_token_ranks(ig_shard *s, uint32_t vocab, char *err, size_t errlen) {
+    if (vocab <= (1u << 24) && (int64_t)vocab <= s->total_len + (1 << 16)) {
+        s->uni_start = malloc(((size_t)vocab + 1) * sizeof(int64_t));
+        if (!s->uni_start) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+        int64_t j = 0, acc = 0;
+        for (uint32_t v = 0; v <= vocab; v++) {
+            s->uni_start[v] = acc;
+            if (j < s->n_uni && s->uni[2 * j] == v) acc += (int64_t)s->uni[2 * j++ + 1];
+        }
+        return IG_OK;
+    }
+    s->uni_rank = malloc(((size_t)s->n_uni + 1) * sizeof(int64_t));
+    if (!s->uni_rank) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    s->uni_rank[0] = 0;
+    for (int64_t j = 0; j < s->n_uni; j++) s->uni_rank[j + 1] = s->uni_rank[j] + (int64_t)s->uni[2 * j + 1];
+    return IG_OK;
+}
+
+static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width, uint32_t *vocab, char *err,
                       size_t errlen) {
     ig_header ht, hs, hd, hu;
     int rc;
-    prefetch_shard(dir);
-    if ((rc = map_file(&s->tok_map, dir, "tokens.bin", err, errlen))) return rc;
+    prefetch_shard(dirfd);
+    if ((rc = map_file(&s->tok_map, dirfd, dir, "tokens.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->tok_map, dir, "tokens.bin", "IGHF-TOK", 0, &ht, err, errlen))) return rc;
     if (ht.width != 1 && ht.width != 2 && ht.width != 4)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: token width %u is not 1, 2 or 4", dir, ht.width);
@@ -128,7 +144,7 @@ static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *
     if (s->total_len > 0 && ig_tok(s, *token_width, s->total_len - 1) != sep)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: does not end with a document separator", dir);
 
-    if ((rc = map_file(&s->sa_map, dir, "sa.bin", err, errlen))) return rc;
+    if ((rc = map_file(&s->sa_map, dirfd, dir, "sa.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->sa_map, dir, "sa.bin", "IGHF-SA\0", 8, &hs, err, errlen))) return rc;
     if (hs.width > 8 || hs.count != (uint64_t)s->num_tokens || hs.aux1 != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/sa.bin: header (%llu pointers of %u bytes over %llu tokens) does not match tokens.bin",
@@ -137,7 +153,7 @@ static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *
     s->sa_width = (int)hs.width;
     s->sa_mask = hs.width == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * hs.width)) - 1);
 
-    if ((rc = map_file(&s->docs_map, dir, "docs.bin", err, errlen))) return rc;
+    if ((rc = map_file(&s->docs_map, dirfd, dir, "docs.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->docs_map, dir, "docs.bin", "IGHF-DOC", 0, &hd, err, errlen))) return rc;
     if (hd.width != 8 || hd.count != (uint64_t)s->num_docs + 1 || hd.aux1 != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/docs.bin: header does not match tokens.bin", dir);
@@ -145,36 +161,36 @@ static int open_shard(ig_shard *s, const char *dir, int *token_width, uint32_t *
     if (s->docs[0] != 0 || s->docs[s->num_docs] != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/docs.bin: offsets do not span the token array", dir);
 
-    if ((rc = map_file(&s->uni_map, dir, "unigram.bin", err, errlen))) return rc;
+    if ((rc = map_file(&s->uni_map, dirfd, dir, "unigram.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->uni_map, dir, "unigram.bin", "IGHF-UNI", 0, &hu, err, errlen))) return rc;
     if (hu.width != 16 || hu.aux1 != (uint64_t)s->num_tokens || hu.count > *vocab)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: header does not match tokens.bin", dir);
     s->uni = (const uint64_t *)(s->uni_map.base + IG_HEADER_SIZE);
     s->n_uni = (int64_t)hu.count;
+    /* Each count is checked against the tokens not yet counted, so the running sum can neither
+       pass num_tokens nor wrap around 2^64 (forged counts that wrapped to num_tokens passed a
+       plain sum check, and the ranks built from them sent queries outside the mapping). */
     uint64_t sum = 0;
     for (int64_t i = 0; i < s->n_uni; i++) {
-        if (s->uni[2 * i] >= *vocab || (i > 0 && s->uni[2 * i] <= s->uni[2 * i - 2]) || s->uni[2 * i + 1] == 0)
+        uint64_t t = s->uni[2 * i], c = s->uni[2 * i + 1];
+        if (t >= *vocab || (i > 0 && t <= s->uni[2 * i - 2]))
             return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: entry %lld is out of order or out of range", dir, (long long)i);
-        sum += s->uni[2 * i + 1];
+        if (c == 0 || c > (uint64_t)s->num_tokens - sum)
+            return ig_fail(err, errlen, IG_ERR_FORMAT,
+                           "%s/unigram.bin: entry %lld has count %llu, not between 1 and the %llu tokens left to count",
+                           dir, (long long)i, (unsigned long long)c, (unsigned long long)((uint64_t)s->num_tokens - sum));
+        sum += c;
     }
     if (sum != (uint64_t)s->num_tokens)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: counts sum to %llu, not %lld tokens", dir,
                        (unsigned long long)sum, (long long)s->num_tokens);
-    /* Dense first-token ranks make a 1-token range O(1); only for vocabularies that fit. */
-    if (*vocab <= (1u << 24)) {
-        s->uni_start = malloc(((size_t)*vocab + 1) * sizeof(int64_t));
-        if (!s->uni_start) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-        int64_t j = 0, acc = 0;
-        for (uint32_t v = 0; v <= *vocab; v++) {
-            s->uni_start[v] = acc;
-            if (j < s->n_uni && s->uni[2 * j] == v) acc += (int64_t)s->uni[2 * j++ + 1];
-        }
-    }
-    return ig_ntc_open(s, dir, *token_width, *vocab, err, errlen); /* optional file */
+    if ((rc = build_first_token_ranks(s, *vocab, err, errlen))) return rc;
+    return ig_ntc_open(s, dirfd, dir, *token_width, *vocab, err, errlen); /* optional file */
 }
 
-int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err, size_t errlen) {
-    if (!out || !shard_dirs || n_shards <= 0) return ig_fail(err, errlen, IG_ERR_ARG, "no shards given");
+int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards, char *err,
+               size_t errlen) {
+    if (!out || !shard_dirfds || !shard_names || n_shards <= 0) return ig_fail(err, errlen, IG_ERR_ARG, "no shards given");
     *out = NULL;
     ig_index *ix = calloc(1, sizeof *ix);
     if (!ix) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
@@ -185,7 +201,8 @@ int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *e
     }
     ix->n_shards = n_shards;
     for (int i = 0; i < n_shards; i++) {
-        int rc = open_shard(&ix->shards[i], shard_dirs[i], &ix->token_width, &ix->vocab_size, err, errlen);
+        int rc = open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], &ix->token_width, &ix->vocab_size,
+                            err, errlen);
         if (rc) {
             ig_close(ix);
             return rc;
@@ -196,6 +213,26 @@ int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *e
     ix->separator = ig_sep_for_width(ix->token_width);
     *out = ix;
     return IG_OK;
+}
+
+int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err, size_t errlen) {
+    if (!out || !shard_dirs || n_shards <= 0) return ig_fail(err, errlen, IG_ERR_ARG, "no shards given");
+    *out = NULL;
+    int *fds = malloc((size_t)n_shards * sizeof *fds);
+    if (!fds) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    int rc = IG_OK, opened = 0;
+    for (; opened < n_shards && !rc; opened++) { /* (the caller's paths: links in them are theirs) */
+        fds[opened] = open(shard_dirs[opened], O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+        if (fds[opened] < 0)
+            rc = errno == ENOENT || errno == ENOTDIR
+                     ? ig_fail(err, errlen, IG_ERR_FORMAT, "%s: missing or not a directory", shard_dirs[opened])
+                     : ig_fail(err, errlen, IG_ERR_IO, "%s: cannot open (%s)", shard_dirs[opened], strerror(errno));
+    }
+    if (!rc) rc = ig_open_at(out, fds, shard_dirs, n_shards, err, errlen);
+    for (int i = 0; i < opened; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+    return rc;
 }
 
 void ig_close(ig_index *ix) {

@@ -233,8 +233,10 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
         }
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, IG_NTC_FILE);
-        FILE *f = fopen(path, "wb");
+        int fd = ig_create_index_file(path);
+        FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
         if (!f) {
+            if (fd >= 0) close(fd);
             rc = ig_fail(err, errlen, IG_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
         } else {
             ig_header h;
@@ -269,14 +271,11 @@ int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_t
 
 /* ---------------------------------------------------------------- reading */
 
-/* Slot of a (depth, lo) key: a multiplicative hash (lo is a rank, depth 1..3). */
-static inline uint64_t slot_of(int64_t d, int64_t lo, uint64_t mask) {
-    return (((uint64_t)lo * 4 + (uint64_t)d) * 0x9E3779B97F4A7C15ull >> 20) & mask;
-}
-
 void ig_ntc_close(ig_shard *s) {
-    free(s->ntc_slots);
-    s->ntc_slots = NULL;
+    free(s->ntc_lo);
+    s->ntc_lo = NULL;
+    free(s->ntc_bucket);
+    s->ntc_bucket = NULL;
     free(s->ntc_checked);
     s->ntc_checked = NULL;
     if (s->ntc_map.base) munmap((void *)s->ntc_map.base, s->ntc_map.size);
@@ -286,51 +285,50 @@ void ig_ntc_close(ig_shard *s) {
     s->ntc_n = s->ntc_entries = 0;
 }
 
-static int bad_file(ig_shard *s, const char *path, const char *what, char *err, size_t errlen) {
+static int bad_file(ig_shard *s, const char *dir, const char *what, char *err, size_t errlen) {
     ig_ntc_close(s);
-    return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: %s", path, what);
+    return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: %s", dir, IG_NTC_FILE, what);
 }
 
-int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *err, size_t errlen) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, IG_NTC_FILE) >= (int)sizeof path)
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s: path too long", IG_NTC_FILE);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return IG_OK; /* optional file */
-        return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    }
+int ig_ntc_open(ig_shard *s, int dirfd, const char *dir, int width, uint32_t vocab, char *err, size_t errlen) {
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < IG_HEADER_SIZE) {
+    int rc = ig_open_index_file(dirfd, dir, IG_NTC_FILE, 1, &fd, &st, err, errlen);
+    if (rc || fd < 0) return rc; /* (absent: the file is optional) */
+    if ((size_t)st.st_size < IG_HEADER_SIZE) {
         close(fd);
-        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s: not a regular file or truncated", path);
+        return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: truncated", dir, IG_NTC_FILE);
     }
     ig_header h0;  /* open reads the records only (the entries are checked on first use) */
     if (pread(fd, &h0, sizeof h0, 0) == (ssize_t)sizeof h0 && h0.count < ((uint64_t)1 << 31))
         (void)posix_fadvise(fd, 0, (off_t)(IG_HEADER_SIZE + 32 * h0.count), POSIX_FADV_WILLNEED);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s: mmap failed (%s)", path, strerror(errno));
+    if (p == MAP_FAILED)
+        return ig_fail(err, errlen, IG_ERR_IO, "%s/%s: mmap failed (%s)", dir, IG_NTC_FILE, strerror(errno));
     s->ntc_map.base = p;
     s->ntc_map.size = (size_t)st.st_size;
     ig_header h;
     memcpy(&h, p, sizeof h);
-    if (memcmp(h.magic, "IGHF-NTC", 8) != 0) return bad_file(s, path, "bad magic", err, errlen);
-    if (h.version != IG_FORMAT_VERSION) return bad_file(s, path, "unsupported format version", err, errlen);
+    if (memcmp(h.magic, "IGHF-NTC", 8) != 0) return bad_file(s, dir, "bad magic", err, errlen);
+    if (h.version != IG_FORMAT_VERSION) return bad_file(s, dir, "unsupported format version", err, errlen);
     if (h.width != 32 || h.count >= ((uint64_t)1 << 31) || h.aux1 > ((uint64_t)1 << 40) ||
         IG_HEADER_SIZE + 32 * h.count + 8 * h.aux1 != (uint64_t)st.st_size)
-        return bad_file(s, path, "size does not match its header: truncated or corrupt", err, errlen);
+        return bad_file(s, dir, "size does not match its header: truncated or corrupt", err, errlen);
     const int64_t *rec = (const int64_t *)((const uint8_t *)p + IG_HEADER_SIZE);
     const uint32_t *ent = (const uint32_t *)(rec + 4 * h.count);
     int64_t n = (int64_t)h.count, m = (int64_t)h.aux1;
+    /* Records come sorted by (depth, lo), and the ranges of one depth are disjoint (lo at or past
+       the previous hi), so keys increase strictly: a binary search finds them. Open reads each
+       record once, whatever the values. */
     for (int64_t i = 0; i < n; i++) {
         const int64_t *q = rec + 4 * i;
         int64_t end = i + 1 < n ? q[7] : m;
         if (q[0] < 1 || q[0] > IG_NTC_MAX_DEPTH || q[1] < 0 || q[2] <= q[1] || q[2] > s->num_tokens ||
             q[3] < 0 || end < q[3] || end > m || (i == 0 && q[3] != 0) ||
             (i > 0 && (q[0] < q[-4] || (q[0] == q[-4] && q[1] < q[-2]))))
-            return bad_file(s, path, "context records out of order or out of range", err, errlen);
-        if (end == q[3]) return bad_file(s, path, "a context without entries", err, errlen);
+            return bad_file(s, dir, "context records out of order or out of range", err, errlen);
+        if (end == q[3]) return bad_file(s, dir, "a context without entries", err, errlen);
     }
     /* The entries (most of the file) are checked per record on first use, not here: opening
        reads only the records (a cold 100M-token index opened in ~100 ms when it read them all). */
@@ -339,23 +337,47 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
     s->ntc_vocab = vocab;
     s->ntc_sep = ig_sep_for_width(width);
     s->ntc_checked = calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!s->ntc_checked) {
+    s->ntc_lo = malloc((size_t)(n > 0 ? n : 1) * sizeof *s->ntc_lo);
+    if (!s->ntc_checked || !s->ntc_lo) {
         ig_ntc_close(s);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
-    /* records are found by (depth, lo) in O(1): a table with at least twice as many slots */
-    uint64_t slots = 16;
-    while (slots < 2 * (uint64_t)n) slots *= 2;
-    s->ntc_slots = calloc(slots, sizeof *s->ntc_slots);
-    if (!s->ntc_slots) {
+    /* the keys side by side (8 bytes a record instead of a 32-byte stride), and per depth a table
+       of buckets of ranks (about as many as records) pointing into them: a lookup reads one
+       bucket and searches the few records in it. Built in O(records), whatever the keys; keys
+       crafted into one bucket only make that bucket's search a binary search. */
+    int64_t i = 0, n_buckets = 0;
+    s->ntc_depth_at[0] = 0;
+    for (int d = 1; d <= IG_NTC_MAX_DEPTH + 1; d++) { /* ntc_depth_at[d]: the first record of depth d */
+        while (i < n && rec[4 * i] < d) {
+            s->ntc_lo[i] = rec[4 * i + 1];
+            i++;
+        }
+        s->ntc_depth_at[d] = i;
+    }
+    for (int d = 1; d <= IG_NTC_MAX_DEPTH; d++) {
+        int64_t count = s->ntc_depth_at[d + 1] - s->ntc_depth_at[d], nb = 1;
+        int shift = 0;
+        while (nb < count) nb *= 2;
+        while (((uint64_t)(s->num_tokens > 0 ? s->num_tokens - 1 : 0) >> shift) >= (uint64_t)nb) shift++;
+        s->ntc_shift[d] = shift;
+        s->ntc_bucket_at[d] = n_buckets;
+        n_buckets += nb + 1;
+    }
+    s->ntc_bucket_at[IG_NTC_MAX_DEPTH + 1] = n_buckets;
+    s->ntc_bucket = malloc((size_t)n_buckets * sizeof *s->ntc_bucket);
+    if (!s->ntc_bucket) {
         ig_ntc_close(s);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
-    s->ntc_mask = slots - 1;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t k = slot_of(rec[4 * i], rec[4 * i + 1], s->ntc_mask);
-        while (s->ntc_slots[k]) k = (k + 1) & s->ntc_mask;
-        s->ntc_slots[k] = (uint32_t)(i + 1);
+    for (int d = 1; d <= IG_NTC_MAX_DEPTH; d++) {
+        int64_t j = s->ntc_depth_at[d], end = s->ntc_depth_at[d + 1];
+        int64_t nb = s->ntc_bucket_at[d + 1] - s->ntc_bucket_at[d] - 1;
+        uint32_t *bucket = s->ntc_bucket + s->ntc_bucket_at[d];
+        for (int64_t k = 0; k <= nb; k++) {
+            while (j < end && (s->ntc_lo[j] >> s->ntc_shift[d]) < k) j++;
+            bucket[k] = (uint32_t)j;
+        }
     }
     s->ntc_n = n;
     s->ntc_entries = m;
@@ -363,13 +385,21 @@ int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *e
     return IG_OK;
 }
 
-/* The record of the context whose range at depth d is r, or NULL. */
+/* The record of the context whose range at depth d is r, or NULL: its bucket of ranks, then a
+   binary search among the records in it (usually none or one). */
 static const int64_t *find_record(const ig_shard *s, int64_t d, ig_range r) {
-    for (uint64_t k = slot_of(d, r.lo, s->ntc_mask); s->ntc_slots[k]; k = (k + 1) & s->ntc_mask) {
-        const int64_t *q = s->ntc_rec + 4 * (int64_t)(s->ntc_slots[k] - 1);
-        if (q[0] == d && q[1] == r.lo) return q[2] == r.hi ? q : NULL;
+    const uint32_t *bucket = s->ntc_bucket + s->ntc_bucket_at[d];
+    uint64_t k = (uint64_t)r.lo >> s->ntc_shift[d];
+    if (r.lo < 0 || k >= (uint64_t)(s->ntc_bucket_at[d + 1] - s->ntc_bucket_at[d] - 1)) return NULL;
+    int64_t a = bucket[k], b = bucket[k + 1], end = b;
+    const int64_t *lo = s->ntc_lo;
+    while (a < b) { /* the first record with lo >= r.lo (lo increases strictly within a depth) */
+        int64_t mid = a + (b - a) / 2;
+        if (lo[mid] < r.lo) a = mid + 1; else b = mid;
     }
-    return NULL;
+    if (a == end || lo[a] != r.lo) return NULL;
+    const int64_t *q = s->ntc_rec + 4 * a;
+    return q[2] == r.hi ? q : NULL;
 }
 
 static int64_t record_end(const ig_shard *s, const int64_t *q) {

@@ -23,7 +23,7 @@
 #include "query_internal.h"
 
 #define IG_NTC_FILE "ntdcache.bin"
-#define IG_NTC_MAX_DEPTH 3
+#define IG_NTC_MAX_DEPTH IG_NTC_DEPTHS /* 3 (common.h) */
 /* Default: cache a context when walking it would take about this many suffix-array probes. */
 #define IG_NTC_DEFAULT_MIN_COST 2048
 /* ... and every context occurring at least this often (see the header's aux2). */
@@ -37,8 +37,11 @@ int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct);
 int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,
                  const char *dir, char *err, size_t errlen);
 
-/* Map and validate dir/ntdcache.bin into s (num_tokens already set) if present (absent is fine). */
-int ig_ntc_open(ig_shard *s, const char *dir, int width, uint32_t vocab, char *err, size_t errlen);
+/* Map and validate ntdcache.bin of the shard directory dirfd (named `dir` in messages) into s
+   (num_tokens already set) if present (absent is fine). O(records): the records must be sorted by
+   (depth, lo) with disjoint ranges per depth, and are found by binary search (a hash table
+   here once let crafted keys make open quadratic). */
+int ig_ntc_open(ig_shard *s, int dirfd, const char *dir, int width, uint32_t vocab, char *err, size_t errlen);
 void ig_ntc_close(ig_shard *s);
 
 /* The cached entries of the context whose range at depth d is r, as *n (token, start) uint32

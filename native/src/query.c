@@ -122,6 +122,15 @@ ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t 
 
 ig_range first_token_range(const ig_shard *s, int w, uint32_t t) {
     if (s->uni_start) return (ig_range){s->uni_start[t], s->uni_start[t + 1]};
+    if (s->uni_rank) { /* the unigram entry of t, by binary search (tokens strictly increase) */
+        int64_t a = 0, b = s->n_uni;
+        while (a < b) {
+            int64_t mid = a + (b - a) / 2;
+            if (s->uni[2 * mid] < t) a = mid + 1; else b = mid;
+        }
+        int64_t hi = a < s->n_uni && s->uni[2 * a] == t ? s->uni_rank[a + 1] : s->uni_rank[a];
+        return (ig_range){s->uni_rank[a], hi};
+    }
     return narrow1(s, w, (ig_range){0, s->num_tokens}, 0, t);
 }
 

@@ -263,8 +263,13 @@ static int out_open(ig_out *o, char *path, size_t pathlen, const char *dir, cons
     o->path = path;
     o->err = err;
     o->errlen = errlen;
-    o->f = fopen(path, "wb");
-    if (!o->f) return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot create (%s)", path, strerror(errno));
+    int fd = ig_create_index_file(path); /* a new file, never one a reader may have mapped */
+    o->f = fd < 0 ? NULL : fdopen(fd, "wb");
+    if (!o->f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return ig_fail(err, errlen, IG_ERR_IO, "%s: cannot create (%s)", path, strerror(e));
+    }
     return IG_OK;
 }
 
@@ -341,7 +346,7 @@ static int tok_stream(ig_writer *w) {
     if (w->tok_fd < 0) {
         char path[4096];
         if (snprintf(path, sizeof path, "%s/tokens.bin", w->dir) >= (int)sizeof path ||
-            (w->tok_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+            (w->tok_fd = ig_create_index_file(path)) < 0) {
             w->tok_stream_failed = 1;
             return -1;
         }
@@ -447,7 +452,7 @@ static void sa_stream_open(sa_stream *s, const ig_writer *w, const int32_t *sa, 
     ig_header h;
     *s = (sa_stream){.fd = -1, .p = p, .n_tok = n_tok, .sa = sa};
     if (snprintf(path, sizeof path, "%s/sa.bin", w->dir) >= (int)sizeof path) return;
-    s->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    s->fd = ig_create_index_file(path);
     fill_header(&h, "IGHF-SA\0", (uint32_t)p, (uint64_t)n_tok, (uint64_t)w->len, 0);
     if (s->fd >= 0 && (ig_pwrite_all(s->fd, &h, sizeof h, 0) || !(s->aw = ig_aw_new(s->fd)))) {
         close(s->fd);
