@@ -264,7 +264,11 @@ static void op_batch(const fixture *f, fz_in *in) {
     static uint64_t num[8 * MAXQ], den[8 * MAXQ];
     static int64_t slen[8 * MAXQ];
     static uint8_t sparse[8 * MAXQ];
-    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, err,
+    static const int cancelled = 1; /* a cancelled call stops cleanly (or finishes first) */
+    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, &cancelled,
+                        err, sizeof err);
+    FZ_CHECK(ok ? (rc == IG_OK || rc == IG_ERR_CANCELLED) : rc == IG_ERR_ARG, "cancelled score_batch rc %d", rc);
+    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, NULL, err,
                         sizeof err);
     FZ_CHECK(ok ? rc == IG_OK : rc == IG_ERR_ARG, "score_batch rc %d", rc);
     for (int64_t i = 0; ok && i < b.n; i++) {
@@ -640,7 +644,7 @@ static void op_diff(const fixture *f, fz_in *in) {
     ig_diff_ngram_prob(P, M, q, len, token, &p, err, sizeof err);
     uint64_t num[MAXQ], den[MAXQ];
     int64_t slen[MAXQ];
-    rc = ig_diff_score(P, M, q, len, num, den, slen, NULL, err, sizeof err);
+    rc = ig_diff_score(P, M, q, len, num, den, slen, NULL, NULL, err, sizeof err);
     if (!rev && valid) FZ_CHECK(rc == IG_OK, "diff_score: %s", err);
     if (fz_u8(in) > 250) ig_diff_check(P, M, err, sizeof err);
 }

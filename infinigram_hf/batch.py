@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
+from ._interrupt import call_interruptibly
 from ._native import check, err_buffer, ffi, lib
 from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution
 
@@ -328,10 +329,10 @@ def score_batch(index: "InfiniGramIndex", sequences: Any, *, offsets: Any = None
     num, den = np.zeros(max(m, 1), dtype=np.uint64), np.zeros(max(m, 1), dtype=np.uint64)
     slen, sparse = np.zeros(max(m, 1), dtype=np.int64), np.zeros(max(m, 1), dtype=np.uint8)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_score_batch(ix, _p(values, "uint32_t"), m, _p(offs, "int64_t"), n, _p(num, "uint64_t"),
-                                _p(den, "uint64_t"), _p(slen, "int64_t"), _p(sparse, "uint8_t"),
-                                _threads(n_threads), err, len(err))
+    with index._handle() as ix:  # (Ctrl-C stops it within a second: see _interrupt)
+        rc = call_interruptibly(lib.ig_score_batch, ix, _p(values, "uint32_t"), m, _p(offs, "int64_t"), n,
+                                _p(num, "uint64_t"), _p(den, "uint64_t"), _p(slen, "int64_t"),
+                                _p(sparse, "uint8_t"), _threads(n_threads), work=m, tail=(err, len(err)))
     check(rc, err)
     a, b = int(offs[0]), int(offs[-1])
     num, den = num[a:b], den[a:b]
