@@ -570,7 +570,7 @@ static void op_search(const fixture *f, fz_in *in) {
     int32_t *terms = malloc((size_t)(scap ? scap : 1) * sizeof *terms);
     int pass_shard = fz_u8(in) > 250 ? (int)fz_u32(in) : (int)shard;
     rc = ig_doc_spans(f->ix, pass_shard, local, ids, toff, pass_nt, offs, terms, scap, &n_out, err, sizeof err);
-    if (rc == IG_OK) {
+    if (rc == IG_OK || rc == IG_ERR_CAPACITY) { /* all of them, or the first scap (cut) */
         doc = f->c.shard_doc[pass_shard] + local; /* the document the core looked at */
         int64_t k = 0;
         for (int64_t p = 0; p < f->c.offsets[doc + 1] - f->c.offsets[doc]; p++)
@@ -581,10 +581,10 @@ static void op_search(const fixture *f, fz_in *in) {
                     memcmp(x + p, ids + toff[t], (size_t)len * sizeof *ids))
                     continue;
                 (void)pos;
-                FZ_CHECK(k < n_out && offs[k] == p && terms[k] == t, "doc_spans entry %lld", (long long)k);
+                FZ_CHECK(k >= n_out || (offs[k] == p && terms[k] == t), "doc_spans entry %lld", (long long)k);
                 k++;
             }
-        FZ_CHECK(k == n_out, "doc_spans count");
+        FZ_CHECK(rc == IG_OK ? k == n_out : (n_out == scap && k > n_out), "doc_spans count");
     }
     free(offs);
     free(terms);
