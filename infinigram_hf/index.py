@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from . import format as fmt
+from ._args import INT64_MAX, int_arg, opt_int_arg
 from ._containment import check_contained
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import IndexFormatError, InfiniGramError
@@ -469,6 +470,8 @@ class InfiniGramIndex:
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""
+        shard = int_arg("shard", shard, 0, self.num_shards - 1)
+        position = int_arg("position", position, 0, INT64_MAX)
         doc, off = ffi.new("int64_t *"), ffi.new("int64_t *")
         err = err_buffer()
         with self._handle() as ix:
@@ -480,8 +483,7 @@ class InfiniGramIndex:
         """(shard, position) of occurrences of the n-gram, up to `limit` of them. Without a
         limit, all of them -- refused (ValueError) for an n-gram with more than MAX_POSITIONS
         occurrences, which a single call would spend seconds and gigabytes listing."""
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        limit = opt_int_arg("limit", limit, 0, INT64_MAX, f"all, at most MAX_POSITIONS = {MAX_POSITIONS:,}")
         found = self.find(ids)
         if limit is None and found.count > MAX_POSITIONS:
             raise ValueError(f"the n-gram occurs {found.count:,} times, more than MAX_POSITIONS = {MAX_POSITIONS:,}; "
@@ -500,7 +502,7 @@ class InfiniGramIndex:
 
     def search_docs(self, query: Any, maxnum: int = 10, *, max_clause_freq: int = 50_000,
                     max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
-                    decode: Optional[bool] = None) -> "SearchResult":
+                    decode: Optional[bool] = None, max_spans: int = 1_000_000) -> "SearchResult":
         """Documents containing an n-gram, or satisfying a CNF of n-grams (AND of ORs), as the
         paper's SEARCHDOC; see `infinigram_hf.search.search_docs` for the arguments.
 
@@ -510,7 +512,7 @@ class InfiniGramIndex:
         from .search import search_docs
 
         return search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
-                           seed=seed, tokenizer=tokenizer, decode=decode)
+                           seed=seed, tokenizer=tokenizer, decode=decode, max_spans=max_spans)
 
     # ------------------------------------------------------------ index algebra
 
