@@ -132,6 +132,18 @@ def test_sizes_are_checked_before_allocating(tmp_path):
     assert len(lines) == 6
 
 
+def test_lambda_tuning_grid_and_iterations_are_bounded():
+    from infinigram_hf import TokenScores, tune_lambdas
+
+    scores = TokenScores.from_arrays(neural_logprob=np.log(np.full(4, 0.5)), infgram_prob=np.full(4, 0.5),
+                                     sparse=[True, False, True, False], effective_n=[1, 1, 1, 1])
+    for kw, name in (({"method": "grid", "grid_step": 1e-300}, "grid_step"), ({"tol": float("nan")}, "tol"),
+                     ({"max_iter": 10**12}, "max_iter")):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            tune_lambdas(scores, **kw)
+    assert 0 <= tune_lambdas(scores, method="grid", grid_step=0.5).lambda_dense <= 1
+
+
 def test_processor_refuses_ids_and_scores_that_do_not_match(ix):
     torch = pytest.importorskip("torch")
     from infinigram_hf import InfiniGramLogitsProcessor
