@@ -13,13 +13,15 @@
    text position w (any suffix-array entry of its ranges, the "witness"), so every candidate
    C[l-L+1..l) is the text at w + l - L + 1: a candidate is found by a binary search comparing
    text with text, and those comparisons are longest-common-extension (LCE) queries between two
-   text positions. Their answers are remembered per diagonal (the offset between the two
-   positions) for the rest of the call: a repetitive stretch of corpus is compared once per
-   diagonal instead of once per query position, and searches use the lcp of their current
-   bounds (Manber-Myers' "mlr" rule) so that a search costs O(log N) comparisons plus the
-   tokens not seen before on the diagonals it probes. The new length is galloped down from l
-   (in a repetitive stretch it is l or close to it), then bisected. Short back-offs keep the
-   query-reading search of query.c (longest_suffix), whose cost is bounded by IG_BACKOFF_SHORT.
+   text positions. Their answers are remembered for the rest of the call, per diagonal (the
+   offset between the two positions) and, for a stretch found periodic, per period (the probes
+   of one binary search all lie on different diagonals, but in a run or a periodic stretch they
+   agree up to its end): a repetitive stretch of corpus is compared about once instead of once
+   per query position. Searches also start each comparison at the lcp of their bounds
+   (Manber-Myers' "mlr" rule), so a search costs O(log N) comparisons plus the tokens not seen
+   before. The new length is galloped down from l (in a repetitive stretch it is l or close to
+   it), then bisected. Short back-offs keep the query-reading search of query.c
+   (longest_suffix), whose cost is bounded by IG_BACKOFF_SHORT.
 */
 #ifndef IG_BACKOFF_H
 #define IG_BACKOFF_H
