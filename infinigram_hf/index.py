@@ -436,6 +436,12 @@ class InfiniGramIndex:
         from .batch import score_batch
 
         q = as_ids(ids)
+        bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
+        if len(bad):
+            t, i = int(q[bad[0]]), int(bad[0])
+            what = "the document separator, not a token" if t == self.separator_id else \
+                f"outside the vocabulary (size {self.vocab_size})"
+            raise ValueError(f"ids: id {t} at position {i} is {what}")
         r = score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)
         return ScoreResult(probs=r.probs, counts=r.counts, prompt_counts=r.prompt_counts, suffix_len=r.suffix_len,
                            sparse=r.sparse)
