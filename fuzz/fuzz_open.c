@@ -74,7 +74,7 @@ static void query_all(ig_index *ix, const uint8_t *data, size_t size) {
     for (int k = 0; k < 6; k++) next[k] %= V;
     ig_count_batch(ix, values, 24, offsets, 6, counts, 2, err, sizeof err);
     ig_prob_batch(ix, values, 24, offsets, 6, next, 1, counts, pc, sl, sp, 2, err, sizeof err);
-    ig_score_batch(ix, values, 24, offsets, 6, num, den, sl, sp, 2, err, sizeof err);
+    ig_score_batch(ix, values, 24, offsets, 6, num, den, sl, sp, 2, NULL, err, sizeof err);
     for (int64_t support = 0; support <= 3; support += 3) {
         ig_ntd_batch *b = NULL;
         if (ig_ntd_batch_run(ix, values, 24, offsets, 6, IG_NTD_INFGRAM, support, 2, &b, err, sizeof err) == IG_OK) {

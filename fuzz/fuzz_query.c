@@ -264,7 +264,11 @@ static void op_batch(const fixture *f, fz_in *in) {
     static uint64_t num[8 * MAXQ], den[8 * MAXQ];
     static int64_t slen[8 * MAXQ];
     static uint8_t sparse[8 * MAXQ];
-    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, err,
+    static const int cancelled = 1; /* a cancelled call stops cleanly (or finishes first) */
+    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, &cancelled,
+                        err, sizeof err);
+    FZ_CHECK(ok ? (rc == IG_OK || rc == IG_ERR_CANCELLED) : rc == IG_ERR_ARG, "cancelled score_batch rc %d", rc);
+    rc = ig_score_batch(f->ix, b.values, b.n_values, b.offsets, b.n, num, den, slen, sparse, threads, NULL, err,
                         sizeof err);
     FZ_CHECK(ok ? rc == IG_OK : rc == IG_ERR_ARG, "score_batch rc %d", rc);
     for (int64_t i = 0; ok && i < b.n; i++) {
@@ -566,7 +570,7 @@ static void op_search(const fixture *f, fz_in *in) {
     int32_t *terms = malloc((size_t)(scap ? scap : 1) * sizeof *terms);
     int pass_shard = fz_u8(in) > 250 ? (int)fz_u32(in) : (int)shard;
     rc = ig_doc_spans(f->ix, pass_shard, local, ids, toff, pass_nt, offs, terms, scap, &n_out, err, sizeof err);
-    if (rc == IG_OK) {
+    if (rc == IG_OK || rc == IG_ERR_CAPACITY) { /* all of them, or the first scap (cut) */
         doc = f->c.shard_doc[pass_shard] + local; /* the document the core looked at */
         int64_t k = 0;
         for (int64_t p = 0; p < f->c.offsets[doc + 1] - f->c.offsets[doc]; p++)
@@ -577,10 +581,10 @@ static void op_search(const fixture *f, fz_in *in) {
                     memcmp(x + p, ids + toff[t], (size_t)len * sizeof *ids))
                     continue;
                 (void)pos;
-                FZ_CHECK(k < n_out && offs[k] == p && terms[k] == t, "doc_spans entry %lld", (long long)k);
+                FZ_CHECK(k >= n_out || (offs[k] == p && terms[k] == t), "doc_spans entry %lld", (long long)k);
                 k++;
             }
-        FZ_CHECK(k == n_out, "doc_spans count");
+        FZ_CHECK(rc == IG_OK ? k == n_out : (n_out == scap && k > n_out), "doc_spans count");
     }
     free(offs);
     free(terms);
@@ -640,7 +644,7 @@ static void op_diff(const fixture *f, fz_in *in) {
     ig_diff_ngram_prob(P, M, q, len, token, &p, err, sizeof err);
     uint64_t num[MAXQ], den[MAXQ];
     int64_t slen[MAXQ];
-    rc = ig_diff_score(P, M, q, len, num, den, slen, NULL, err, sizeof err);
+    rc = ig_diff_score(P, M, q, len, num, den, slen, NULL, NULL, err, sizeof err);
     if (!rev && valid) FZ_CHECK(rc == IG_OK, "diff_score: %s", err);
     if (fz_u8(in) > 250) ig_diff_check(P, M, err, sizeof err);
 }

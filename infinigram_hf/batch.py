@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
+from ._args import INT32_MAX, INT64_MAX, int_arg, opt_int_arg
+from ._interrupt import call_interruptibly
 from ._native import check, err_buffer, ffi, lib
 from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution
 
@@ -170,9 +172,8 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
 
 
 def _threads(n_threads: int) -> int:
-    if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)) or n_threads < 0:
-        raise ValueError(f"n_threads must be an int >= 0 (0 = automatic), got {n_threads!r}")
-    return int(n_threads)
+    """0 = automatic; more threads than IG_MAX_THREADS (256) or than the work needs are clamped."""
+    return int_arg("n_threads", n_threads, 0, INT32_MAX, "0 = automatic")
 
 
 def _p(arr: np.ndarray, ctype: str) -> Any:
@@ -268,19 +269,11 @@ def collect_ntd_batch(handle: Any) -> BatchNextTokenDistributions:
 
 
 def _max_support(max_support: Optional[int]) -> int:
-    if max_support is None:
-        return 0
-    if isinstance(max_support, bool) or not isinstance(max_support, (int, np.integer)) or max_support < 1:
-        raise ValueError(f"max_support must be None (exact) or an int >= 1, got {max_support!r}")
-    return int(max_support)
+    return opt_int_arg("max_support", max_support, 1, INT64_MAX, "exact") or 0
 
 
 def _max_entries(max_entries: Optional[int]) -> int:
-    if max_entries is None:
-        return 0
-    if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)) or max_entries < 1:
-        raise ValueError(f"max_entries must be None (no cap) or an int >= 1, got {max_entries!r}")
-    return int(max_entries)
+    return opt_int_arg("max_entries", max_entries, 1, INT64_MAX, "no cap") or 0
 
 
 def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, max_support: Optional[int] = None,
@@ -328,10 +321,10 @@ def score_batch(index: "InfiniGramIndex", sequences: Any, *, offsets: Any = None
     num, den = np.zeros(max(m, 1), dtype=np.uint64), np.zeros(max(m, 1), dtype=np.uint64)
     slen, sparse = np.zeros(max(m, 1), dtype=np.int64), np.zeros(max(m, 1), dtype=np.uint8)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_score_batch(ix, _p(values, "uint32_t"), m, _p(offs, "int64_t"), n, _p(num, "uint64_t"),
-                                _p(den, "uint64_t"), _p(slen, "int64_t"), _p(sparse, "uint8_t"),
-                                _threads(n_threads), err, len(err))
+    with index._handle() as ix:  # (Ctrl-C stops it within a second: see _interrupt)
+        rc = call_interruptibly(lib.ig_score_batch, ix, _p(values, "uint32_t"), m, _p(offs, "int64_t"), n,
+                                _p(num, "uint64_t"), _p(den, "uint64_t"), _p(slen, "int64_t"),
+                                _p(sparse, "uint8_t"), _threads(n_threads), work=m, tail=(err, len(err)))
     check(rc, err)
     a, b = int(offs[0]), int(offs[-1])
     num, den = num[a:b], den[a:b]
@@ -351,7 +344,7 @@ def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
     qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support) if max_support else 0,
+        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support),
                                   1, out, err, len(err))
     check(rc, err)
     h = out[0]

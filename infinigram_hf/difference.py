@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._interrupt import call_interruptibly
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import TokenizerMismatchError
 from .index import InfiniGramIndex, _token, as_ids
@@ -206,8 +207,12 @@ class DifferenceIndex:
         n = len(q)
         num, den = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
         slen, sparse = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8)
-        self._call(lib.ig_diff_score, ptr(q, "uint32_t"), n, ptr(num, "uint64_t"), ptr(den, "uint64_t"),
-                   ptr(slen, "int64_t"), ptr(sparse, "uint8_t"))
+        err = err_buffer()
+        with self.index._handle() as p, self.removed._handle() as m:  # (Ctrl-C: see _interrupt)
+            rc = call_interruptibly(lib.ig_diff_score, p, m, ptr(q, "uint32_t"), n, ptr(num, "uint64_t"),
+                                    ptr(den, "uint64_t"), ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), work=n,
+                                    tail=(err, len(err)))
+        check(rc, err)
         with np.errstate(divide="ignore", invalid="ignore"):
             probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
         return ScoreResult(probs=probs, counts=num, prompt_counts=den, suffix_len=slen,

@@ -27,11 +27,13 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ._args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from ._native import check, err_buffer, ffi, lib
 from .index import InfiniGramIndex
 
@@ -102,16 +104,25 @@ _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 _NONE = Draft(_EMPTY_I64, "none", 0)
 
 
-def _check_int(name: str, v: Any, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
+MAX_TREE_NODES = 1 << 16  # a token tree verified in one forward pass is a few dozen nodes
+MAX_TREE_WIDTH = 1 << 10
 
 
-def _check_float(name: str, v: Any, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not lo <= float(v) <= hi:
-        raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
-    return float(v)
+class _Scratch:
+    """One thread's C output buffers and draft parameters: the C calls write them with the GIL
+    released, so threads sharing a drafter each get their own (thread-local, made on first use)."""
+
+    def __init__(self, size: int, params: dict):
+        self.params = ffi.new("ig_draft_params *", params)
+        self.out = np.zeros(size, dtype=np.int64)
+        self.tok = np.zeros(size, dtype=np.uint32)
+        self.cnt = np.zeros(size, dtype=np.uint64)
+        self.tot = np.zeros(size, dtype=np.uint64)
+        self.look = np.zeros(size, dtype=np.int64)
+        self.n = ffi.new("int64_t *")
+        self.match = ffi.new("int64_t *")
+        self.src = ffi.new("int *")
+        self.err = err_buffer()
 
 
 class InfiniGramDrafter:
@@ -158,46 +169,47 @@ class InfiniGramDrafter:
         if index is not None and not isinstance(index, InfiniGramIndex):
             raise ValueError(f"index must be an InfiniGramIndex or None, got {type(index).__name__}")
         self.index = index
-        self.max_draft = _check_int("max_draft", max_draft, 0)
-        self.min_match = _check_int("min_match", min_match, 1)
-        self.match_ratio = _check_float("match_ratio", match_ratio, 0.0, 1e9)
-        self.min_count = _check_int("min_count", min_count, 1)
-        self.min_share = _check_float("min_share", min_share, 0.0, 1.0)
-        self.min_joint = _check_float("min_joint", min_joint, 0.0, 1.0)
+        # sizes are checked before the buffers sized by them are made (max_draft=10**9 was 7.45 GiB)
+        self.max_draft = int_arg("max_draft", max_draft, 0, MAX_DRAFT)
+        self.min_match = int_arg("min_match", min_match, 1)
+        self.match_ratio = float_arg("match_ratio", match_ratio, 0.0, 1e9)
+        self.min_count = int_arg("min_count", min_count, 1)
+        self.min_share = float_arg("min_share", min_share, 0.0, 1.0)
+        self.min_joint = float_arg("min_joint", min_joint, 0.0, 1.0)
         self.prompt_lookup = bool(prompt_lookup)
-        self.lookup_min_match = _check_int("lookup_min_match", lookup_min_match, 1)
-        self.lookup_max_match = _check_int("lookup_max_match", lookup_max_match, self.lookup_min_match)
+        self.lookup_min_match = int_arg("lookup_min_match", lookup_min_match, 1)
+        self.lookup_max_match = int_arg("lookup_max_match", lookup_max_match, self.lookup_min_match)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         if index is None and source in ("infgram", "infgram_first"):
             raise ValueError(f"source={source!r} needs an index")
         self.source = source
         self.adaptive = bool(adaptive)
-        self.verify_cost = _check_float("verify_cost", verify_cost, 1e-6, 1.0)
+        self.verify_cost = float_arg("verify_cost", verify_cost, 1e-6, 1.0)
         if eos_token_id is None and index is not None:
             eos_token_id = index.eos_token_id
-        self.eos_token_id = None if eos_token_id is None else _check_int("eos_token_id", eos_token_id, 0)
+        self.eos_token_id = opt_int_arg("eos_token_id", eos_token_id, 0)
         self.cache = cache if cache is not None else (index.suffix_cache(lookback=max(16, self.max_draft + 2))
                                                       if index is not None else None)
         if index is not None:
             self._state_size = 2 + 2 * index.num_shards
-        self._params = ffi.new("ig_draft_params *", {
+        self._param_values = {
             "max_draft": self.max_draft, "min_match": self.min_match, "match_ratio": self.match_ratio,
             "min_count": self.min_count, "min_share": self.min_share, "min_joint": self.min_joint,
             "lookup_min": self.lookup_min_match if self.prompt_lookup else 0, "lookup_max": self.lookup_max_match,
             "source": SOURCES.index(source), "eos_id": -1 if self.eos_token_id is None else self.eos_token_id,
-            "infgram_cap": -1, "lookup_cap": -1})
+            "infgram_cap": -1, "lookup_cap": -1}
         self._use_inf = index is not None and source != "lookup"
-        self._out = np.zeros(max(self.max_draft, 1), dtype=np.int64)
-        self._match = ffi.new("int64_t *")
-        self._src = ffi.new("int *")
-        self._buf_tok = np.zeros(max(self.max_draft, 1), dtype=np.uint32)
-        self._buf_cnt = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
-        self._buf_tot = np.zeros(max(self.max_draft, 1), dtype=np.uint64)
-        self._buf_look = np.zeros(max(self.max_draft, 1), dtype=np.int64)
-        self._n = ffi.new("int64_t *")
-        self._err = err_buffer()
+        self._tls = threading.local()  # per-thread C buffers (_Scratch): a drafter may be shared
+        self._stats_lock = threading.Lock()
         self.stats = {"drafts": 0, "infgram": 0, "lookup": 0, "none": 0, "tokens": 0}
+
+    def _scratch(self) -> _Scratch:
+        """This thread's buffers (made on its first call)."""
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._tls.b = _Scratch(max(self.max_draft, 1), self._param_values)
+        return b
 
     # ------------------------------------------------------------ pieces
 
@@ -229,32 +241,31 @@ class InfiniGramDrafter:
             return _NONE
         st = np.ascontiguousarray(state, dtype=np.int64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
+        b = self._scratch()
         with self.index._handle() as ix:
             rc = lib.ig_draft_chain(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_tokens, self.min_count,
                                     self.min_share, self.min_joint, eos,
-                                    ffi.cast("uint32_t *", ffi.from_buffer(self._buf_tok)),
-                                    ffi.cast("uint64_t *", ffi.from_buffer(self._buf_cnt)),
-                                    ffi.cast("uint64_t *", ffi.from_buffer(self._buf_tot)), self._n, self._err,
-                                    len(self._err))
-        check(rc, self._err)
-        n = int(self._n[0])
-        return Draft(self._buf_tok[:n].astype(np.int64), "infgram", int(state[0]), self._buf_cnt[:n].copy(),
-                     self._buf_tot[:n].copy())
+                                    ffi.cast("uint32_t *", ffi.from_buffer(b.tok)),
+                                    ffi.cast("uint64_t *", ffi.from_buffer(b.cnt)),
+                                    ffi.cast("uint64_t *", ffi.from_buffer(b.tot)), b.n, b.err, len(b.err))
+        check(rc, b.err)
+        n = int(b.n[0])
+        return Draft(b.tok[:n].astype(np.int64), "infgram", int(state[0]), b.cnt[:n].copy(), b.tot[:n].copy())
 
     def lookup(self, ids: np.ndarray, max_tokens: Optional[int] = None) -> Draft:
         """Prompt-lookup draft: the continuation of the longest earlier match of the sequence's
         suffix (at least lookup_min_match tokens), capped by the match length rule."""
         seq = np.ascontiguousarray(ids, dtype=np.int64)
-        cap = self.max_draft if max_tokens is None else min(max_tokens, self.max_draft)
+        cap = self._limit(max_tokens)
         if cap <= 0 or len(seq) < 2:
             return _NONE
+        b = self._scratch()
         m = lib.ig_draft_lookup(ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), self.lookup_min_match,
-                                self.lookup_max_match, cap, ffi.cast("int64_t *", ffi.from_buffer(self._buf_look)),
-                                self._n, ffi.NULL)
+                                self.lookup_max_match, cap, ffi.cast("int64_t *", ffi.from_buffer(b.look)), b.n, ffi.NULL)
         if m <= 0:
             return _NONE
-        k = min(int(self._n[0]), self.cap_for(int(m)))
-        return Draft(self._buf_look[:k].copy(), "lookup", int(m))
+        k = min(int(b.n[0]), self.cap_for(int(m)))
+        return Draft(b.look[:k].copy(), "lookup", int(m))
 
     # ------------------------------------------------------------ the draft
 
@@ -266,32 +277,40 @@ class InfiniGramDrafter:
         return self._step(seq, state, 0, self._limit(max_tokens))
 
     def _limit(self, max_tokens: Optional[int]) -> int:
-        return self.max_draft if max_tokens is None else max(0, min(int(max_tokens), self.max_draft))
+        if max_tokens is None:
+            return self.max_draft
+        if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)):
+            raise ValueError(f"max_tokens must be None or an int, got {max_tokens!r}")
+        return max(0, min(int(max_tokens), self.max_draft))
 
-    def _step(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int, count: bool = True) -> Draft:
-        """One C call: advance `state` (in place) through the last n_new ids of seq, then draft."""
+    def _step(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int, count: bool = True,
+              caps: tuple = (-1, -1)) -> Draft:
+        """One C call: advance `state` (in place) through the last n_new ids of seq, then draft
+        (caps: the adaptive caps of the ∞-gram and lookup drafts, -1 = none)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
         st = ffi.cast("int64_t *", ffi.from_buffer(state)) if state is not None else ffi.NULL
+        b = self._scratch()
+        b.params.infgram_cap, b.params.lookup_cap = caps
         with (self.index._handle() if self._use_inf else _nullcontext()) as ix:
-            rc = lib.ig_draft_step(ix, st, ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), n_new, self._params,
-                                   limit, ffi.cast("int64_t *", ffi.from_buffer(self._out)),
-                                   ffi.cast("uint64_t *", ffi.from_buffer(self._buf_cnt)),
-                                   ffi.cast("uint64_t *", ffi.from_buffer(self._buf_tot)), self._n, self._match,
-                                   self._src, self._err, len(self._err))
-        check(rc, self._err)
-        n = int(self._n[0])
+            rc = lib.ig_draft_step(ix, st, ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), n_new, b.params,
+                                   limit, ffi.cast("int64_t *", ffi.from_buffer(b.out)),
+                                   ffi.cast("uint64_t *", ffi.from_buffer(b.cnt)),
+                                   ffi.cast("uint64_t *", ffi.from_buffer(b.tot)), b.n, b.match, b.src, b.err,
+                                   len(b.err))
+        check(rc, b.err)
+        n = int(b.n[0])
         if not count:
             return _NONE
-        self.stats["drafts"] += 1
-        self.stats["tokens"] += n
+        src = "none" if not n else "infgram" if b.src[0] == lib.IG_DRAFT_INFGRAM else "lookup"
+        with self._stats_lock:
+            self.stats["drafts"] += 1
+            self.stats["tokens"] += n
+            self.stats[src] += 1
         if not n:
-            self.stats["none"] += 1
             return _NONE
-        src = "infgram" if self._src[0] == lib.IG_DRAFT_INFGRAM else "lookup"
-        self.stats[src] += 1
         if src == "lookup":
-            return Draft(self._out[:n].copy(), src, int(self._match[0]))
-        return Draft(self._out[:n].copy(), src, int(self._match[0]), self._buf_cnt[:n].copy(), self._buf_tot[:n].copy())
+            return Draft(b.out[:n].copy(), src, int(b.match[0]))
+        return Draft(b.out[:n].copy(), src, int(b.match[0]), b.cnt[:n].copy(), b.tot[:n].copy())
 
     # ------------------------------------------------------------ decoding loops
 
@@ -327,14 +346,12 @@ class InfiniGramDrafter:
 
     def draft_row(self, row: "DraftRow", max_tokens: Optional[int] = None) -> Draft:
         """The draft continuing a row started with `start` (adaptive caps: see `feedback`)."""
+        caps = (-1, -1)
         if self.adaptive:
-            self._params.infgram_cap = self._adaptive_cap(row.accepted[0], row.rejected[0])
-            self._params.lookup_cap = self._adaptive_cap(row.accepted[1], row.rejected[1])
-        try:
-            d = self._step(row.buf[:row.n], row.state, row.pending if row.state is not None else 0,
-                           self._limit(max_tokens))
-        finally:
-            self._params.infgram_cap = self._params.lookup_cap = -1
+            caps = (self._adaptive_cap(row.accepted[0], row.rejected[0]),
+                    self._adaptive_cap(row.accepted[1], row.rejected[1]))
+        d = self._step(row.buf[:row.n], row.state, row.pending if row.state is not None else 0,
+                       self._limit(max_tokens), caps=caps)
         row.pending = 0
         return d
 
@@ -409,19 +426,20 @@ class InfiniGramDrafter:
     def children(self, state: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The k most frequent next tokens of a state's matched suffix: (tokens, counts, child
         states (k, state size), total occurrences of the suffix)."""
+        k = int_arg("k", k, 0, MAX_TREE_WIDTH)
         st = np.ascontiguousarray(state, dtype=np.int64)
         toks = np.zeros(max(k, 1), dtype=np.uint32)
         cnts = np.zeros(max(k, 1), dtype=np.uint64)
         child = np.zeros((max(k, 1), self._state_size), dtype=np.int64)
         total = ffi.new("uint64_t *")
+        b = self._scratch()
         with self.index._handle() as ix:
             rc = lib.ig_draft_children(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), k,
                                        ffi.cast("uint32_t *", ffi.from_buffer(toks)),
                                        ffi.cast("uint64_t *", ffi.from_buffer(cnts)),
-                                       ffi.cast("int64_t *", ffi.from_buffer(child)), total, self._n, self._err,
-                                       len(self._err))
-        check(rc, self._err)
-        n = int(self._n[0])
+                                       ffi.cast("int64_t *", ffi.from_buffer(child)), total, b.n, b.err, len(b.err))
+        check(rc, b.err)
+        n = int(b.n[0])
         return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
 
     def tree(self, ids: Any, *, width: int = 3, max_nodes: int = 12, min_prob: float = 0.15,
@@ -431,31 +449,38 @@ class InfiniGramDrafter:
         continuations per node, nodes whose path probability is at least min_prob). At most
         max_nodes nodes; paths at most max_tokens (and the match-length cap) deep."""
         seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
+        width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
+        limit = self._limit(max_tokens)
         state = self.infgram_state(seq) if self._use_inf else None
-        return self._tree(seq, self._limit(max_tokens), state, width, max_nodes, min_prob)
+        return self._tree(seq, limit, state, width, max_nodes, min_prob)
 
     def tree_row(self, row: "DraftRow", *, width: int = 3, max_nodes: int = 12, min_prob: float = 0.15,
                  max_tokens: Optional[int] = None) -> DraftTree:
         """`tree` for a row started with `start`."""
+        width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
+        limit = self._limit(max_tokens)
         self.sync(row)
-        return self._tree(row.buf[:row.n], self._limit(max_tokens), row.state, width, max_nodes, min_prob)
+        return self._tree(row.buf[:row.n], limit, row.state, width, max_nodes, min_prob)
 
     def best_first(self, state: np.ndarray, *, max_nodes: int, max_depth: int, width: int = 3,
                    min_prob: float = 0.1) -> DraftTree:
         """The ∞-gram's own token tree (`ig_draft_tree`): nodes added most probable first, a
         node's probability being the product of ∞-gram shares along its path."""
+        width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
+        max_depth = int_arg("max_depth", max_depth, 0)
         st = np.ascontiguousarray(state, dtype=np.int64)
         toks = np.zeros(max(max_nodes, 1), dtype=np.int64)
         par = np.zeros(max(max_nodes, 1), dtype=np.int64)
         probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
+        b = self._scratch()
         with self.index._handle() as ix:
             rc = lib.ig_draft_tree(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_nodes, max_depth, width, min_prob,
                                    eos, ffi.cast("int64_t *", ffi.from_buffer(toks)),
                                    ffi.cast("int64_t *", ffi.from_buffer(par)),
-                                   ffi.cast("double *", ffi.from_buffer(probs)), self._n, self._err, len(self._err))
-        check(rc, self._err)
-        n = int(self._n[0])
+                                   ffi.cast("double *", ffi.from_buffer(probs)), b.n, b.err, len(b.err))
+        check(rc, b.err)
+        n = int(b.n[0])
         depth = np.zeros(n, dtype=np.int64)
         for i in range(n):
             depth[i] = 1 if par[i] < 0 else depth[par[i]] + 1
@@ -476,6 +501,12 @@ class InfiniGramDrafter:
                                 min_prob=min_prob)
             paths.extend(_node_path(t, i) for i in range(len(t)))
         return DraftTree.from_paths(paths, max_nodes)
+
+
+def _tree_args(width: Any, max_nodes: Any, min_prob: Any) -> tuple[int, int, float]:
+    """Checked tree arguments (max_nodes sizes buffers: checked before they are made)."""
+    return (int_arg("width", width, 0, MAX_TREE_WIDTH), int_arg("max_nodes", max_nodes, 0, MAX_TREE_NODES),
+            float_arg("min_prob", min_prob, 0.0, 1.0))
 
 
 def _node_path(tree: DraftTree, node: int) -> list:

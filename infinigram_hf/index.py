@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from . import format as fmt
+from ._args import INT64_MAX, int_arg, opt_int_arg
 from ._containment import check_contained
 from ._index_files import IndexDir
 from ._native import check, err_buffer, ffi, lib, ptr
@@ -462,20 +463,20 @@ class InfiniGramIndex:
     # ------------------------------------------------------------ dense scoring
 
     def score(self, ids: Any) -> ScoreResult:
-        """P_∞(ids[i] | ids[:i]) for every position, at about one search per token."""
+        """P_∞(ids[i] | ids[:i]) for every position, in time linear in len(ids) whatever the
+        corpus (about one search per token); Ctrl-C stops it within a second."""
+        from .batch import score_batch
+
         q = as_ids(ids)
-        n = len(q)
-        num, den = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
-        slen, sparse = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8)
-        err = err_buffer()
-        with self._handle() as ix:
-            rc = lib.ig_score(ix, ptr(q, "uint32_t"), n, ptr(num, "uint64_t"), ptr(den, "uint64_t"),
-                              ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), err, len(err))
-        check(rc, err)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
-        return ScoreResult(probs=probs, counts=num, prompt_counts=den, suffix_len=slen,
-                           sparse=sparse.astype(bool))
+        bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
+        if len(bad):
+            t, i = int(q[bad[0]]), int(bad[0])
+            what = "the document separator, not a token" if t == self.separator_id else \
+                f"outside the vocabulary (size {self.vocab_size})"
+            raise ValueError(f"ids: id {t} at position {i} is {what}")
+        r = score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)
+        return ScoreResult(probs=r.probs, counts=r.counts, prompt_counts=r.prompt_counts, suffix_len=r.suffix_len,
+                           sparse=r.sparse)
 
     def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
@@ -508,6 +509,8 @@ class InfiniGramIndex:
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""
+        shard = int_arg("shard", shard, 0, self.num_shards - 1)
+        position = int_arg("position", position, 0, INT64_MAX)
         doc, off = ffi.new("int64_t *"), ffi.new("int64_t *")
         err = err_buffer()
         with self._handle() as ix:
@@ -519,8 +522,7 @@ class InfiniGramIndex:
         """(shard, position) of occurrences of the n-gram, up to `limit` of them. Without a
         limit, all of them -- refused (ValueError) for an n-gram with more than MAX_POSITIONS
         occurrences, which a single call would spend seconds and gigabytes listing."""
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        limit = opt_int_arg("limit", limit, 0, INT64_MAX, f"all, at most MAX_POSITIONS = {MAX_POSITIONS:,}")
         found = self.find(ids)
         if limit is None and found.count > MAX_POSITIONS:
             raise ValueError(f"the n-gram occurs {found.count:,} times, more than MAX_POSITIONS = {MAX_POSITIONS:,}; "
@@ -539,7 +541,7 @@ class InfiniGramIndex:
 
     def search_docs(self, query: Any, maxnum: int = 10, *, max_clause_freq: int = 50_000,
                     max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
-                    decode: Optional[bool] = None) -> "SearchResult":
+                    decode: Optional[bool] = None, max_spans: int = 1_000_000) -> "SearchResult":
         """Documents containing an n-gram, or satisfying a CNF of n-grams (AND of ORs), as the
         paper's SEARCHDOC; see `infinigram_hf.search.search_docs` for the arguments.
 
@@ -549,7 +551,7 @@ class InfiniGramIndex:
         from .search import search_docs
 
         return search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
-                           seed=seed, tokenizer=tokenizer, decode=decode)
+                           seed=seed, tokenizer=tokenizer, decode=decode, max_spans=max_spans)
 
     # ------------------------------------------------------------ index algebra
 

@@ -15,6 +15,7 @@ from typing import Union
 
 import numpy as np
 
+from ._args import float_arg, int_arg
 from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda
 
 
@@ -245,8 +246,10 @@ def tune_lambdas(scores: Union[TokenScores, PerplexityResult], *, method: str = 
         raise ValueError(f"scores must be TokenScores or a PerplexityResult, got {type(scores).__name__}")
     if method not in ("em", "grid"):
         raise ValueError(f"method must be 'em' or 'grid', got {method!r}")
-    if not 0.0 < grid_step <= 1.0:
-        raise ValueError(f"grid_step must be in (0, 1], got {grid_step}")
+    # grid_step sets the number of grid points (1e-300 meant 10^300 of them)
+    grid_step = float_arg("grid_step", grid_step, 1e-6, 1.0)
+    tol = float_arg("tol", tol, 0.0, 1.0, lo_open=True)
+    max_iter = int_arg("max_iter", max_iter, 1, 10**8)
     lams, iters = [], 0
     for sel in (scores.sparse, ~scores.sparse):
         p_inf, lnn = scores.infgram_prob[sel], scores.neural_logprob[sel]

@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import tokenization as tk
+from ._args import INT32_MAX, float_arg, int_arg, opt_int_arg
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import TokenizerMismatchError
 from .index import InfiniGramIndex, as_ids
@@ -41,6 +42,8 @@ METHODS = ("infgram", "backoff", "kn", "wb")
 _CODES = {"infgram": lib.IG_LM_INFGRAM, "backoff": lib.IG_LM_BACKOFF, "kn": lib.IG_LM_SMOOTH,
           "wb": lib.IG_LM_SMOOTH}
 NSTAT = int(lib.IG_LM_NSTAT)
+MAX_CONTEXT = 1 << 20        # the core's caps (native/src/lm.c)
+MAX_CACHE_ENTRIES = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,10 @@ class InfiniGramLM:
 
     def __init__(self, index: Union[InfiniGramIndex, str, Path], tokenizer: Any = None, *,
                  max_context: int = 100, cache_entries: int = 0):
+        max_context = int_arg("max_context", max_context, 0, MAX_CONTEXT)
+        cache_entries = int_arg("cache_entries", cache_entries, 0, MAX_CACHE_ENTRIES)
         if not isinstance(index, InfiniGramIndex):
             index = InfiniGramIndex.open(index)
-        if not isinstance(max_context, (int, np.integer)) or max_context < 0:
-            raise ValueError(f"max_context must be a non-negative int, got {max_context!r}")
         self.index = index
         self.tokenizer = _index_tokenizer(index, tokenizer)
         self.max_context = int(max_context)
@@ -169,22 +172,19 @@ class InfiniGramLM:
         """A C ig_lm_config for the method, and the buffers it points into (keep them alive)."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        mc = self.max_context if max_context is None else int(max_context)
-        if not 0 <= mc <= self.max_context:
-            raise ValueError(f"max_context must be in 0..{self.max_context} (the LM's), got {max_context}")
-        if k is not None and (not isinstance(k, (int, np.integer)) or k == 0):
-            raise ValueError(f"k must be a positive int (levels) or None / -1 for all, got {k!r}")
+        mc = self.max_context if max_context is None else int_arg("max_context", max_context, 0, self.max_context)
+        if k is not None and not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k < 0):
+            k = int_arg("k", k, 1, INT32_MAX, "levels; None or -1 for all")
         cfg = ffi.new("ig_lm_config *")
         cfg.method = _CODES[method]
         cfg.max_context = mc
         cfg.eod = int(bool(eod))
         cfg.k = -1 if k is None or k < 0 else int(k)
-        cfg.decay = float(decay)
-        cfg.floor = float(floor)
+        cfg.decay = float_arg("decay", decay, 0.0, 1.0, lo_open=True)
+        cfg.floor = float_arg("floor", floor, 0.0, 1.0)
         keep: list = []
         if method in ("kn", "wb"):
-            if order is not None and (not isinstance(order, (int, np.integer)) or order < 1):
-                raise ValueError(f"order must be a positive int or None (unbounded), got {order!r}")
+            order = opt_int_arg("order", order, 1, MAX_CONTEXT + 1, "unbounded")
             params = smoothing if smoothing is not None else self.smoothing(order, method)
             if order is not None and params.max_depth is not None and params.max_depth != order - 1:
                 raise ValueError(f"smoothing parameters are for order {params.max_depth + 1}, not {order}")
@@ -229,8 +229,7 @@ class InfiniGramLM:
         if isinstance(texts, (str, np.ndarray)) or (isinstance(texts, Sequence) and texts and
                                                       isinstance(texts[0], (int, np.integer))):
             texts = [texts]
-        if start < 0:
-            raise ValueError(f"start must be >= 0, got {start}")
+        start = int_arg("start", start, 0)
         t0 = time.perf_counter()
         total, count, n_texts = 0.0, 0, 0
         for text in texts:
@@ -266,9 +265,12 @@ class InfiniGramLM:
         smoothing.COL_*): what every method is computed from. Positions [begin, end)."""
         q = self.encode(ids)
         n = len(q)
-        end = n if end is None else end
-        depth = self.max_context if max_depth is None else int(max_depth)
-        cap = max(int(chunk_rows), depth + 2)
+        # every size is checked before the chunk buffer sized by it is made (max_depth=2**40 once
+        # asked for 112 TiB)
+        begin = int_arg("begin", begin, 0, n)
+        end = n if end is None else int_arg("end", end, begin, n)
+        depth = self.max_context if max_depth is None else int_arg("max_depth", max_depth, 0, self.max_context)
+        cap = max(int_arg("chunk_rows", chunk_rows, 1, 1 << 26), depth + 2)
         parts = []
         pos = begin
         rows_out, next_pos = ffi.new("int64_t *"), ffi.new("int64_t *")
@@ -288,9 +290,7 @@ class InfiniGramLM:
         n-grams g with N1+(. g) = k, types[n-1] = distinct n-grams; n = 1..max_n. One pass over
         the suffix array (O(tokens * max_n)); cached for the largest max_n asked so far."""
         # checked before allocating max_n * kmax counters (the core caps max_n at 4096)
-        for name, v, hi in (("max_n", max_n, 4096), ("kmax", kmax, 1 << 20)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
-                raise ValueError(f"{name} must be an int in [1, {hi}], got {v!r}")
+        max_n, kmax = int_arg("max_n", max_n, 1, 4096), int_arg("kmax", kmax, 1, 1 << 20)
         if max_n * kmax > 1 << 22:
             raise ValueError(f"max_n * kmax must be at most {1 << 22}, got {max_n} * {kmax}")
         max_n, kmax = int(max_n), int(kmax)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ._args import float_arg, int_arg, opt_int_arg
 from ._native import ffi
 from .errors import InfiniGramError
 from .index import as_ids
@@ -87,12 +88,10 @@ def _as_list(x: Union[None, str, Sequence[str]], name: str) -> List[str]:
 
 
 def _sampling(greedy: bool, temperature: float, top_k: int, top_p: float) -> Any:
-    if temperature is None or temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
-    if not isinstance(top_k, (int, np.integer)) or top_k < 0:
-        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    # (NaN slipped through `temperature < 0` and was then sampled at temperature 1)
+    temperature = float_arg("temperature", temperature, 0.0, 1e6, note="0 = greedy")
+    top_k = int_arg("top_k", top_k, 0, note="0 = off")
+    top_p = float_arg("top_p", top_p, 0.0, 1.0, lo_open=True)
     smp = ffi.new("ig_lm_sampling *")
     smp.greedy = int(bool(greedy) or temperature == 0)
     smp.temperature = float(temperature) if temperature > 0 else 1.0
@@ -129,19 +128,15 @@ def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] =
     max_tries: attempts before giving up; then None (on_failure="none") or GenerationError
         (on_failure="raise"). Greedy decoding is tried once (it is deterministic).
     """
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0)
     if length_unit not in ("chars", "tokens"):
         raise ValueError(f"length_unit must be 'chars' or 'tokens', got {length_unit!r}")
     if on_failure not in ("none", "raise"):
         raise ValueError(f"on_failure must be 'none' or 'raise', got {on_failure!r}")
-    if not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
-        raise ValueError(f"max_tries must be a positive int, got {max_tries!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    for name, v in (("min_length", min_length), ("max_length", max_length)):
-        if v is not None and (not isinstance(v, (int, np.integer)) or v < 0):
-            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    max_tries = int_arg("max_tries", max_tries, 1)
+    chunk_size = int_arg("chunk_size", chunk_size, 1, 1 << 20)  # sizes the buffers of one C call
+    min_length = opt_int_arg("min_length", min_length, 0)
+    max_length = opt_int_arg("max_length", max_length, 0)
     if min_length is not None and max_length is not None and min_length > max_length:
         raise ValueError(f"min_length ({min_length}) > max_length ({max_length})")
     if not isinstance(starts_with, str):

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ._args import int_arg
 from .index import InfiniGramIndex
 from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 
@@ -68,9 +69,7 @@ class InfiniGramLogitsProcessor(_Base):
         self.index = index
         self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
         self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")
-        if isinstance(min_effective_n, bool) or not isinstance(min_effective_n, int) or min_effective_n < 1:
-            raise ValueError(f"min_effective_n must be an int >= 1, got {min_effective_n!r}")
-        self.min_effective_n = min_effective_n
+        self.min_effective_n = int_arg("min_effective_n", min_effective_n, 1)
         if tokenizer is not None:
             check_tokenizer(index, tokenizer)
         if pad_token_id is None and tokenizer is not None:
@@ -82,10 +81,10 @@ class InfiniGramLogitsProcessor(_Base):
         self.pad_token_id = _opt_id(pad_token_id, "pad_token_id")
         self.eos_token_id = _opt_id(eos_token_id, "eos_token_id")
         if model_vocab_size is not None:
-            check_model_vocab(index, int(model_vocab_size))
+            check_model_vocab(index, int_arg("model_vocab_size", model_vocab_size, 1))
         self._checked_width = -1
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
-        self._cache = index.suffix_cache(max_distributions=cache_size)
+        self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
 
     # ------------------------------------------------------------ contexts
 
@@ -146,6 +145,9 @@ class InfiniGramLogitsProcessor(_Base):
     # ------------------------------------------------------------ the call
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.ndim != 2 or scores.ndim != 2 or input_ids.shape[0] != scores.shape[0]:
+            raise ValueError(f"input_ids must be (batch, length) and scores (batch, vocab) with the same batch, got "
+                             f"input_ids {tuple(input_ids.shape)} and scores {tuple(scores.shape)}")
         width = scores.shape[-1]
         if width != self._checked_width:
             check_model_vocab(self.index, width)
@@ -186,6 +188,4 @@ def _opt_id(value: Any, name: str) -> Optional[int]:
         value = value[0]
     if hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int id, got {value!r}")
-    return int(value)
+    return int_arg(name, value, 0)

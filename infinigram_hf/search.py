@@ -24,6 +24,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import tokenization as tk
+from ._args import int_arg, short_repr
 from ._native import check, err_buffer, ffi, lib, ptr
 from .errors import TokenizerMismatchError
 from .results import Document
@@ -32,6 +33,7 @@ MAX_CLAUSES = int(lib.IG_SEARCH_MAX_CLAUSES)
 MAX_TERMS = int(lib.IG_SEARCH_MAX_TERMS)
 MAX_CLAUSE_FREQ = 10_000_000  # the C core allows 2**26; this keeps the result buffer sane
 MAX_MAXNUM = 10_000           # documents returned with their tokens
+MAX_SPANS = 1_000_000         # span rows of one result, all documents together (32 MB as int64)
 DEFAULT_MAX_CLAUSE_FREQ = 50_000
 _CHECKS = {"auto": int(lib.IG_SEARCH_CHECK_AUTO), "sorted": int(lib.IG_SEARCH_CHECK_SORTED),
            "scan": int(lib.IG_SEARCH_CHECK_SCAN)}
@@ -49,6 +51,7 @@ class DocumentMatch(Document):
     """
 
     spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), dtype=np.int64))
+    spans_capped: bool = False  # the result's max_spans was reached: later spans are not listed
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,12 @@ class SearchResult:
     approximate: the rarest clause had more than max_clause_freq occurrences and was sampled.
     doc_ids: every matching document found (all of them when exact), increasing global ids.
     documents: the first ``maxnum`` of doc_ids with their tokens, metadata and spans.
-    cnf: the query as token ids, ((n-gram, ...) per clause, ...).
+    cnf: the query as token ids, ((n-gram, ...) per clause, ...), repeated n-grams and clauses
+    dropped (spans index it).
     anchor_clause / anchor_count / anchor_used: the rarest clause, its number of occurrences and
     how many of those were examined.
+    spans_capped: the documents' spans reached max_spans in all; the documents after the cut
+    (and the rest of the one cut) list no more spans (each such document says spans_capped).
     """
 
     count: int
@@ -73,6 +79,7 @@ class SearchResult:
     anchor_clause: int
     anchor_count: int
     anchor_used: int
+    spans_capped: bool = False
 
     def __len__(self) -> int:
         return len(self.documents)
@@ -154,23 +161,25 @@ def parse_query(query: Any, encode: Any = None, vocab_size: int = 2 ** 32 - 1) -
                          f"of n-grams); got {type(query).__name__}")
     if len(query) > MAX_CLAUSES:
         raise ValueError(f"query has {len(query)} clauses; at most {MAX_CLAUSES} are allowed")
+    n_given = sum(len(c) if isinstance(c, (list, tuple)) and not _is_ngram(c) else 1 for c in query)
+    if n_given > MAX_TERMS:  # (counted before any n-gram is tokenized)
+        raise ValueError(f"query has {n_given} n-grams; at most {MAX_TERMS} are allowed")
     clauses: List[Tuple[Ngram, ...]] = []
-    n_terms = 0
     for c, clause in enumerate(query):
         if _is_ngram(clause) or not isinstance(clause, (list, tuple)) or not clause:
             raise ValueError(
                 f"query clause {c} must be a non-empty list of n-grams; a CNF is [[ngram, ...], ...] "
                 f"(e.g. [['a', 'b'], ['c']] is (a OR b) AND c; with ids [[[1, 2], [3]], [[4]]])")
-        terms = []
+        terms: List[Ngram] = []
         for j, term in enumerate(clause):
-            if not _is_ngram(term):
+            if not _is_ngram(term):  # (short_repr: nested or self-referential lists print safely)
                 raise ValueError(f"query clause {c}, n-gram {j}: expected text or a list of token ids, "
-                                 f"got {term!r}")
-            terms.append(_ids(term, encode, f"query clause {c}, n-gram {j}", vocab_size))
-        n_terms += len(terms)
-        clauses.append(tuple(terms))
-    if n_terms > MAX_TERMS:
-        raise ValueError(f"query has {n_terms} n-grams; at most {MAX_TERMS} are allowed")
+                                 f"got {short_repr(term)}")
+            ids = _ids(term, encode, f"query clause {c}, n-gram {j}", vocab_size)
+            if ids not in terms:  # a repeated n-gram matches nothing new; it only repeated every span
+                terms.append(ids)
+        if tuple(terms) not in clauses:  # (an AND of a clause with itself)
+            clauses.append(tuple(terms))
     return tuple(clauses)
 
 
@@ -184,18 +193,12 @@ def _flatten(cnf: Cnf) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ids, term_off, clause_off
 
 
-def _check_int(value: Any, name: str, lo: int, hi: int) -> int:
-    if not _is_int(value) or not lo <= int(value) <= hi:
-        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
-    return int(value)
-
-
 # ---------------------------------------------------------------------------- the search
 
 
 def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: int = DEFAULT_MAX_CLAUSE_FREQ,
                 max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
-                decode: Optional[bool] = None, _check: str = "auto") -> SearchResult:
+                decode: Optional[bool] = None, max_spans: int = MAX_SPANS, _check: str = "auto") -> SearchResult:
     """Documents of `index` matching `query` (an n-gram, or a CNF of n-grams).
 
     Args:
@@ -209,6 +212,9 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
         seed: seeds the sampling (only used when it happens).
         tokenizer: for text queries, instead of the one saved in the index.
         decode: fill Document.text (default: when the query was given as text).
+        max_spans: span rows listed over all returned documents (0 .. 10^8); past it the result
+            and the documents cut say spans_capped (a run of one token holds a hit per n-gram
+            at every position).
         _check: "auto" | "sorted" | "scan": how clauses other than the rarest are checked (both
             exact; for tests and benchmarks).
 
@@ -216,10 +222,11 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
         >>> res = search_docs(index, [["import os"], ["sys.argv", "argparse"]], maxnum=3)  # doctest: +SKIP
         >>> res.count, [d.doc_id for d in res.documents]                                    # doctest: +SKIP
     """
-    maxnum = _check_int(maxnum, "maxnum", 0, MAX_MAXNUM)
-    max_clause_freq = _check_int(max_clause_freq, "max_clause_freq", 1, MAX_CLAUSE_FREQ)
-    diff = -1 if max_diff_tokens is None else _check_int(max_diff_tokens, "max_diff_tokens", 0, 2 ** 62)
-    seed = _check_int(seed, "seed", 0, 2 ** 64 - 1)
+    maxnum = int_arg("maxnum", maxnum, 0, MAX_MAXNUM)
+    max_clause_freq = int_arg("max_clause_freq", max_clause_freq, 1, MAX_CLAUSE_FREQ)
+    diff = -1 if max_diff_tokens is None else int_arg("max_diff_tokens", max_diff_tokens, 0, 2 ** 62)
+    seed = int_arg("seed", seed, 0, 2 ** 64 - 1)
+    max_spans = int_arg("max_spans", max_spans, 0, 10 ** 8)
     tok = None
     if tokenizer is not None:
         tok = tk.resolve_tokenizer(tokenizer)
@@ -253,18 +260,29 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
     estimate = float(stats.estimate)
     want_text = has_text if decode is None else bool(decode)
     finder = _SpanFinder(index, cnf, ids, term_off) if maxnum and len(doc_ids) else None
-    docs = tuple(_document(index, d, finder, tok if want_text else None) for d in doc_ids[:maxnum].tolist())
+    docs = []
+    budget = max_spans
+    for d in doc_ids[:maxnum].tolist():
+        doc = _document(index, d, finder, tok if want_text else None, budget)
+        budget -= len(doc.spans)
+        docs.append(doc)
     return SearchResult(count=int(round(estimate)) if approximate else int(stats.num_matches),
-                        approximate=approximate, doc_ids=doc_ids, documents=docs, cnf=cnf, estimate=estimate,
+                        approximate=approximate, doc_ids=doc_ids, documents=tuple(docs), cnf=cnf, estimate=estimate,
                         anchor_clause=int(stats.anchor_clause), anchor_count=int(stats.anchor_count),
-                        anchor_used=int(stats.anchor_used))
+                        anchor_used=int(stats.anchor_used), spans_capped=any(d.spans_capped for d in docs))
 
 
 def _has_text(query: Any) -> bool:
+    """Text at the places a query may hold it: the query itself or the n-grams of its clauses
+    (a loop, not a recursion: 100,000-deep or self-referential lists are refused later)."""
     if isinstance(query, str):
         return True
-    if isinstance(query, (list, tuple)):
-        return any(_has_text(q) for q in query)
+    if not isinstance(query, (list, tuple)):
+        return False
+    for clause in query:
+        if isinstance(clause, str) or (isinstance(clause, (list, tuple)) and
+                                       any(isinstance(t, str) for t in clause)):
+            return True
     return False
 
 
@@ -288,41 +306,54 @@ class _SpanFinder:
         self.offs, self.terms = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int32)
         self._offs_p, self._terms_p = ptr(self.offs, "int64_t"), ptr(self.terms, "int32_t")
 
-    def __call__(self, doc_id: int) -> np.ndarray:
+    def __call__(self, doc_id: int, limit: int = MAX_SPANS) -> Tuple[np.ndarray, bool]:
+        """(spans, capped): at most `limit` rows, the first by offset; capped when there are more.
+        The C scan stops one hit past its buffer, and the buffer grows (x8) up to `limit`: work
+        and memory follow the rows returned, not the hits in the document."""
         shard, local = self.index._split_doc_id(doc_id)
         while True:
+            cap = min(self.cap, limit)
             with self.index._handle() as ix:
                 rc = lib.ig_doc_spans(ix, shard, local, self._ids_p, self._off_p, self.n_terms, self._offs_p,
-                                      self._terms_p, self.cap, self._n, self._err, len(self._err))
-            if rc != lib.IG_ERR_CAPACITY or int(self._n[0]) <= self.cap:
+                                      self._terms_p, cap, self._n, self._err, len(self._err))
+            if rc != lib.IG_ERR_CAPACITY or cap >= limit:
                 break
-            self._grow(int(self._n[0]))
-        check(rc, self._err)
+            self._grow(min(8 * self.cap, limit))
+        capped = rc == lib.IG_ERR_CAPACITY
+        if not capped:
+            check(rc, self._err)
         n = int(self._n[0])
         out = np.empty((n, 4), dtype=np.int64)
         out[:, 0] = self.offs[:n]
         out[:, 1:] = self.table[self.terms[:n]]
-        return out
+        return out, capped
 
 
-def doc_spans(index: Any, doc_id: int, cnf: Any) -> np.ndarray:
+def doc_spans(index: Any, doc_id: int, cnf: Any, max_spans: int = MAX_SPANS) -> np.ndarray:
     """Every occurrence of a query's n-grams (ids, or a CNF of ids) in a document: rows
-    (offset, length, clause, n-gram index in the clause), by offset.
+    (offset, length, clause, n-gram index in the clause), by offset. More than max_spans of
+    them: ValueError (pass a larger max_spans, up to 10^8).
 
     Example:
         >>> doc_spans(index, 3, [[[1, 2]], [[5], [6]]])     # doctest: +SKIP
     """
+    max_spans = int_arg("max_spans", max_spans, 0, 10 ** 8)
     cnf = parse_query(cnf, None, index.vocab_size) if not _is_cnf_of_ids(cnf) else cnf
     ids, term_off, _ = _flatten(cnf)
-    return _SpanFinder(index, cnf, ids, term_off)(doc_id)
+    spans, capped = _SpanFinder(index, cnf, ids, term_off)(doc_id, max_spans)
+    if capped:
+        raise ValueError(f"document {doc_id} holds more than max_spans = {max_spans:,} spans of the query; "
+                         f"pass a larger max_spans")
+    return spans
 
 
 def _is_cnf_of_ids(cnf: Any) -> bool:
     return isinstance(cnf, tuple) and all(isinstance(c, tuple) and all(isinstance(t, tuple) for t in c) for c in cnf)
 
 
-def _document(index: Any, doc_id: int, spans: _SpanFinder, tok: Any) -> DocumentMatch:
+def _document(index: Any, doc_id: int, spans: _SpanFinder, tok: Any, limit: int) -> DocumentMatch:
     doc = index.get_doc(doc_id)
     text = tok.decode(doc.token_ids.tolist()) if tok is not None else doc.text
+    rows, capped = spans(doc_id, limit)
     return DocumentMatch(doc_id=doc.doc_id, token_ids=doc.token_ids, metadata=doc.metadata, shard=doc.shard,
-                         text=text, spans=spans(doc_id))
+                         text=text, spans=rows, spans_capped=capped)

@@ -21,6 +21,7 @@
 #define IG_ERR_NOMEM (-4)     /* allocation failed */
 #define IG_ERR_CAPACITY (-5)  /* an output buffer is too small; *needed says how large */
 #define IG_ERR_LIMIT (-6)     /* a work cap was hit */
+#define IG_ERR_CANCELLED (-7) /* the caller set the call's cancel flag */
 
 #define IG_FORMAT_VERSION 1
 #define IG_HEADER_SIZE 64

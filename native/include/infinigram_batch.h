@@ -44,10 +44,14 @@ int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
 /* Dense scoring of every query: outputs are aligned with `values` (n_values entries); entry j
    of query i (j in offsets[i] .. offsets[i+1]) is about values[j] given the query's earlier
    tokens. Entries outside [offsets[0], offsets[n]) are left untouched. Long queries are split
-   into pieces scored in parallel (each piece starts from the exact state at its start). */
+   into pieces scored in parallel (each piece starts from the exact state at its start). Time is
+   linear in the tokens scored, whatever the corpus. cancel (may be NULL): once another thread
+   sets *cancel to nonzero, the call stops within about a thousand tokens per thread and returns
+   IG_ERR_CANCELLED (the outputs are then partly written). */
 int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
                    const int64_t *offsets, int64_t n, uint64_t *num, uint64_t *den,
-                   int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err, size_t errlen);
+                   int64_t *suffix_len, uint8_t *sparse, int n_threads, const int *cancel,
+                   char *err, size_t errlen);
 
 /* Next-token distributions of a batch, computed and held in C until copied out: run, then
    size the outputs from ig_ntd_batch_entries, copy, free. Nothing is ever computed twice and

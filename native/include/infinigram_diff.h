@@ -31,9 +31,10 @@ int ig_diff_infgram_prob(const ig_index *plus, const ig_index *minus, const uint
                          int64_t len, uint32_t token, ig_prob *out, char *err, size_t errlen);
 int ig_diff_ngram_prob(const ig_index *plus, const ig_index *minus, const uint32_t *prompt,
                        int64_t len, uint32_t token, ig_prob *out, char *err, size_t errlen);
-/* Dense scoring with net counts (same contract as ig_score). */
+/* Dense scoring with net counts (same contract as ig_score; linear in n whatever the corpus).
+   cancel (may be NULL): once another thread sets *cancel, returns IG_ERR_CANCELLED. */
 int ig_diff_score(const ig_index *plus, const ig_index *minus, const uint32_t *ids, int64_t n,
-                  uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse, char *err,
-                  size_t errlen);
+                  uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse,
+                  const int *cancel, char *err, size_t errlen);
 
 #endif /* INFINIGRAM_DIFF_H */

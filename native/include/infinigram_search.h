@@ -55,8 +55,9 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
                    char *err, size_t errlen);
 
 /* Every occurrence of terms 0..n_terms-1 (same flat layout) inside document `doc` of `shard`:
-   offsets (from the document start, increasing; ties by term) and term indexes. With cap too
-   small returns IG_ERR_CAPACITY and *n_out = entries needed. */
+   offsets (from the document start, increasing; ties by term) and term indexes, *n_out of them.
+   When the document holds more than cap, the first cap are written (*n_out = cap) and
+   IG_ERR_CAPACITY is returned: work and memory follow cap, never the number of matches. */
 int ig_doc_spans(const ig_index *ix, int shard, int64_t doc, const uint32_t *ids,
                  const int64_t *term_off, int64_t n_terms, int64_t *offsets, int32_t *terms,
                  int64_t cap, int64_t *n_out, char *err, size_t errlen);

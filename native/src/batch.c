@@ -11,6 +11,7 @@
 #include "ntd_batch.h"
 #include "parallel.h"
 #include "query_internal.h"
+#include "backoff.h"
 
 /* ---------------------------------------------------------------- checks */
 
@@ -150,6 +151,7 @@ typedef struct {
     uint64_t *num, *den;
     int64_t *suffix_len;
     uint8_t *sparse;
+    const int *cancel;
 } score_job;
 
 static int score_work(void *ctx, int tid, int64_t begin, int64_t end) {
@@ -157,19 +159,21 @@ static int score_work(void *ctx, int tid, int64_t begin, int64_t end) {
     (void)tid;
     ig_scratch sc;
     if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
-    for (int64_t p = begin; p < end; p++) {
+    int rc = 0;
+    for (int64_t p = begin; p < end && !rc; p++) {
+        if (ig_cancelled(j->cancel)) { rc = IG_ERR_CANCELLED; break; } /* (many short rows) */
         int64_t row = j->piece_row[p], start = j->offsets[row];
         int64_t stop = p + 1 < j->n_pieces && j->piece_row[p + 1] == row ? j->piece_begin[p + 1] : j->offsets[row + 1];
-        score_span(j->ix, j->values + start, j->piece_begin[p] - start, stop - start, j->num + start,
-                   j->den + start, j->suffix_len + start, j->sparse ? j->sparse + start : NULL, &sc);
+        rc = score_span(j->ix, j->values + start, j->piece_begin[p] - start, stop - start, j->num + start,
+                        j->den + start, j->suffix_len + start, j->sparse ? j->sparse + start : NULL, &sc, j->cancel);
     }
     scratch_free(&sc);
-    return 0;
+    return rc;
 }
 
 int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                    int64_t n, uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse,
-                   int n_threads, char *err, size_t errlen) {
+                   int n_threads, const int *cancel, char *err, size_t errlen) {
     int rc = check_batch(ix, values, n_values, offsets, n, "sequences", err, errlen);
     if (rc || n == 0) return rc;
     if (!num || !den || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
@@ -198,9 +202,10 @@ int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
             if (len == 0) break;
         }
     }
-    score_job j = {ix, values, offsets, piece_row, piece_begin, k, num, den, suffix_len, sparse};
+    score_job j = {ix, values, offsets, piece_row, piece_begin, k, num, den, suffix_len, sparse, cancel};
     rc = ig_parallel_for(k, ig_resolve_threads(threads, k, 1), 1, score_work, &j);
     free(piece_row);
     free(piece_begin);
+    if (rc == IG_ERR_CANCELLED) return ig_fail(err, errlen, rc, "cancelled");
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }

@@ -8,6 +8,7 @@
 
 #include "infinigram_diff.h"
 #include "query_internal.h"
+#include "backoff.h"
 
 static int not_subset(char *err, size_t errlen) {
     return ig_fail(err, errlen, IG_ERR_ARG,
@@ -330,7 +331,7 @@ int ig_diff_ngram_prob(const ig_index *P, const ig_index *M, const uint32_t *pro
 }
 
 int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int64_t n, uint64_t *num,
-                  uint64_t *den, int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
+                  uint64_t *den, int64_t *suffix_len, uint8_t *sparse, const int *cancel, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
     if (!rc) rc = check_ids(P, ids, n, "score", err, errlen);
     if (rc) return rc;
@@ -346,8 +347,13 @@ int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int
     ig_range *curm = bm, *nextm = bm + SM, *tmpm = bm + 3 * SM;
     int neg = 0;
     int64_t l = 0;
+    ig_lce_memo *memo = NULL;
     if (net_find(P, M, ids, 0, curp, curm) < 0) neg = 1;
     for (int64_t i = 0; i < n && !neg && !rc; i++) {
+        if (i % IG_CANCEL_EVERY == IG_CANCEL_EVERY - 1 && ig_cancelled(cancel)) {
+            rc = ig_fail(err, errlen, IG_ERR_CANCELLED, "cancelled");
+            break;
+        }
         ig_prob p;
         if ((rc = net_prob(P, M, curp, curm, l, ids[i], nextp, nextm, &p, err, errlen))) break;
         num[i] = p.count;
@@ -358,10 +364,15 @@ int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int
             memcpy(curp, nextp, (size_t)SP * sizeof *curp);
             memcpy(curm, nextm, (size_t)SM * sizeof *curm);
             l++;
-        } else if (i + 1 < n) { /* back off: the new suffix is at most l long */
-            l = net_longest(P, M, ids, i + 1, l, curp, curm, tmpp, tmpm, &neg);
+        } else if (i + 1 < n) { /* back off: the new suffix is at most l long (backoff.h) */
+            int64_t k = -1;
+            if (l > IG_BACKOFF_SHORT)
+                k = ig_backoff_long(P, M, ids, i + 1, l, IG_BACKOFF_SHORT, curp, curm, tmpp, tmpm, &memo, &neg);
+            if (k == -1 && l > IG_BACKOFF_SHORT) l = IG_BACKOFF_SHORT;
+            l = k >= 0 ? k : net_longest(P, M, ids, i + 1, l, curp, curm, tmpp, tmpm, &neg);
         }
     }
+    ig_lce_memo_free(memo);
     free(bp);
     free(bm);
     if (!rc && neg) rc = not_subset(err, errlen);

@@ -5,6 +5,7 @@
 #include "infinigram_draft.h"
 #include "infinigram_batch.h"
 #include "ntd_batch.h"
+#include "backoff.h"
 
 typedef struct {
     uint32_t tok;
@@ -234,6 +235,7 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
         return rc;
     }
     ig_range *cur = sc.a, *next = sc.b;
+    ig_lce_memo *memo = NULL;
     for (int64_t p = len - n_new; p < len; p++) { /* ctx[0..p) has state (l, cur); add ctx[p] */
         uint32_t t = ctx[p];
         uint64_t c = 0;
@@ -248,9 +250,10 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
             ig_range *tmp = cur; cur = next; next = tmp;
             l++;
         } else { /* back off: the longest suffix of ctx[0..p+1), at most l tokens */
-            l = longest_suffix(ix, ctx, p + 1, l, cur, sc.c);
+            l = ig_backoff(ix, ctx, p + 1, l, cur, sc.c, &memo);
         }
     }
+    ig_lce_memo_free(memo);
     state_store(ix, l, cur, out);
     scratch_free(&sc);
     return IG_OK;
@@ -288,6 +291,7 @@ static int advance(const ig_index *ix, ig_scratch *sc, int64_t *l_io, ig_range *
         ctx[i - first] = (uint32_t)seq[i];
     }
     int64_t base = first; /* ctx[j] = seq[base + j] */
+    ig_lce_memo *memo = NULL;
     for (int64_t pos = n - n_new; pos < n; pos++) {
         int64_t t = seq[pos];
         if (t < 0 || t >= (int64_t)ix->vocab_size || t == eos_id) { /* a new document: empty context */
@@ -309,9 +313,10 @@ static int advance(const ig_index *ix, ig_scratch *sc, int64_t *l_io, ig_range *
             ig_range *tmp = cur; cur = next; next = tmp;
             l++;
         } else {
-            l = longest_suffix(ix, ctx, pos - base + 1, l, cur, sc->c);
+            l = ig_backoff(ix, ctx, pos - base + 1, l, cur, sc->c, &memo);
         }
     }
+    ig_lce_memo_free(memo);
     free(ctx);
     *l_io = l;
     *cur_io = cur;

@@ -22,6 +22,7 @@ const char *ig_strerror(int code) {
     case IG_ERR_NOMEM: return "out of memory";
     case IG_ERR_CAPACITY: return "output buffer too small";
     case IG_ERR_LIMIT: return "work limit reached";
+    case IG_ERR_CANCELLED: return "cancelled";
     default: return "unknown error";
     }
 }

@@ -8,6 +8,7 @@
 
 #include "query_internal.h"
 #include "ntd_cache.h"
+#include "backoff.h"
 
 /* ---------------------------------------------------------------- argument checks */
 
@@ -453,13 +454,20 @@ int ig_ngram_prob(const ig_index *ix, const uint32_t *prompt, int64_t len, uint3
 
 /* Dense scoring of ids[begin..end) with all of ids[0..begin) as context (outputs are indexed
    like ids). The state starts at the longest suffix of ids[0..begin) and is extended token by
-   token: one narrowing while the match grows, a backoff search bounded by the current length
-   when it does not. Scoring a sequence in pieces gives exactly the same numbers. */
-void score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
-                uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc) {
+   token: one narrowing while the match grows, a back-off (backoff.h: linear in the query
+   whatever the corpus) when it does not. Scoring a sequence in pieces gives exactly the same
+   numbers. Stops with IG_ERR_CANCELLED once *cancel is set (checked every IG_CANCEL_EVERY tokens). */
+int score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
+               uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc, const int *cancel) {
     ig_range *cur = sc->a, *next = sc->b, *tmp = sc->c;
+    ig_lce_memo *memo = NULL;
+    int rc = IG_OK;
     int64_t l = longest_suffix(ix, ids, begin, begin, cur, tmp);
     for (int64_t i = begin; i < end; i++) {
+        if ((i - begin) % IG_CANCEL_EVERY == IG_CANCEL_EVERY - 1 && ig_cancelled(cancel)) {
+            rc = IG_ERR_CANCELLED;
+            break;
+        }
         ig_prob p;
         prob_from_ranges(ix, cur, l, ids[i], next, &p);
         num[i] = p.count;
@@ -470,9 +478,11 @@ void score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t 
             ig_range *t = cur; cur = next; next = t;
             l++;
         } else if (i + 1 < end) { /* back off: the new suffix is at most l long */
-            l = longest_suffix(ix, ids, i + 1, l, cur, tmp);
+            l = ig_backoff(ix, ids, i + 1, l, cur, tmp, &memo);
         }
     }
+    ig_lce_memo_free(memo);
+    return rc;
 }
 
 int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, uint64_t *den,
@@ -481,7 +491,7 @@ int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, 
     if (rc) return rc;
     ig_scratch sc;
     if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    score_span(ix, ids, 0, n, num, den, suffix_len, sparse, &sc);
+    score_span(ix, ids, 0, n, num, den, suffix_len, sparse, &sc, NULL);
     scratch_free(&sc);
     return IG_OK;
 }

@@ -50,8 +50,9 @@ int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d);
 void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token, ig_range *next,
                       ig_prob *out);
 /* Dense scoring of ids[begin..end) given ids[0..begin) (outputs indexed like ids; sparse may be
-   NULL); sc holds three range arrays of n_shards. */
-void score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
-                uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc);
+   NULL); sc holds three range arrays of n_shards. IG_OK, or IG_ERR_CANCELLED once *cancel (may
+   be NULL) is set by another thread. */
+int score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
+               uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc, const int *cancel);
 
 #endif

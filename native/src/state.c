@@ -5,6 +5,7 @@
 #include "infinigram_batch.h"
 #include "ntd_batch.h"
 #include "parallel.h"
+#include "backoff.h"
 
 int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
 
@@ -52,8 +53,10 @@ int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t 
 }
 
 /* The state of ctx[0..len) from the ranges rs (suffix length l) of ctx[0..len-1): narrow by the
-   new token; if nothing continues with it, back off to the longest suffix of at most l tokens. */
-static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t *ctx, int64_t len, int64_t *out) {
+   new token; if nothing continues with it, back off to the longest suffix of at most l tokens
+   (backoff.h; *memo is its memo of the corpus, kept across the states of one call). */
+static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t *ctx, int64_t len, int64_t *out,
+                   ig_lce_memo **memo) {
     uint32_t t = ctx[len - 1];
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
@@ -67,7 +70,7 @@ static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t
         state_store(ix, l + 1, sc->b, out);
         return;
     }
-    int64_t k = longest_suffix(ix, ctx, len, l, sc->a, sc->c);
+    int64_t k = ig_backoff(ix, ctx, len, l, sc->a, sc->c, memo);
     state_store(ix, k, sc->a, out);
 }
 
@@ -90,7 +93,9 @@ int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ct
     int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) rc = (int)l;
     else rc = check_extend(ix, l, ctx, len, "context", err, errlen);
-    if (!rc) extend(ix, &sc, l, ctx, len, out);
+    ig_lce_memo *memo = NULL;
+    if (!rc) extend(ix, &sc, l, ctx, len, out, &memo);
+    ig_lce_memo_free(memo);
     scratch_free(&sc);
     return rc;
 }
@@ -127,10 +132,12 @@ static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
     int64_t size = ig_state_size(j->ix);
     ig_scratch sc;
     if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    ig_lce_memo *memo = NULL;
     for (int64_t i = begin; i < end; i++) {
         int64_t l = state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
-        extend(j->ix, &sc, l, j->values + j->offsets[i], j->offsets[i + 1] - j->offsets[i], j->out + i * size);
+        extend(j->ix, &sc, l, j->values + j->offsets[i], j->offsets[i + 1] - j->offsets[i], j->out + i * size, &memo);
     }
+    ig_lce_memo_free(memo);
     scratch_free(&sc);
     return 0;
 }

@@ -16,6 +16,7 @@
 #include "fz.h"
 #include "infinigram_batch.h"
 #include "infinigram_diff.h"
+#include "infinigram_draft.h"
 #include "infinigram_lm.h"
 #include "infinigram_search.h"
 
@@ -330,6 +331,93 @@ static void test_damaged_files(const fz_corpus *c) {
 
 /* ------------------------------------------------------------------ main */
 
+/* ------------------------------------------------------------------ repetitive corpora
+
+   The back-off from a long context (native/src/backoff.c) searches with the corpus text; its
+   answers are checked against ig_infgram_prob (which searches the query: another code path) at
+   every position, and the decoding states it gives (one call per token, or many tokens per
+   call) against states searched from scratch. Runs, periodic stretches with a defect and copies
+   of a document, in two shards. */
+static void test_repetitive(void) {
+    fz_corpus c;
+    memset(&c, 0, sizeof c);
+    c.width = 2;
+    c.vocab = 50;
+    c.sep = 0xFFFF;
+    c.n_docs = 6;
+    c.offsets = calloc(7, sizeof(int64_t));
+    c.ids = malloc(2000 * sizeof(uint32_t));
+    int64_t k = 0;
+    uint64_t x = 12345;
+    for (int64_t i = 0; i < 300; i++) c.ids[k++] = 1; /* a run */
+    c.offsets[1] = k;
+    for (int64_t i = 0; i < 400; i++) c.ids[k++] = i == 211 ? 9 : 2 + (uint32_t)(i % 3); /* periodic, a defect */
+    c.offsets[2] = k;
+    int64_t doc = k;
+    for (int64_t i = 0; i < 150; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        c.ids[k++] = 10 + (uint32_t)(x % 30);
+    }
+    c.offsets[3] = k;
+    for (int r = 0; r < 2; r++) { /* two more copies, one mutated */
+        for (int64_t i = 0; i < 150; i++) c.ids[k++] = r && i == 70 ? 5 : c.ids[doc + i];
+        c.offsets[4 + r] = k;
+    }
+    for (int64_t i = 0; i < 120; i++) c.ids[k++] = i % 40 < 20 ? 1 : 2 + (uint32_t)(i % 3);
+    c.offsets[6] = k;
+    c.n_shards = 2;
+    c.shard_doc[0] = 0, c.shard_doc[1] = 3, c.shard_doc[2] = 6;
+    fz_corpus_texts(&c);
+    ig_index *ix = NULL;
+    if (fz_corpus_write(&c, fz_tmpdir(), "repetitive", 0) || fz_corpus_open(&c, &ix)) {
+        CHECK(0, "repetitive corpus");
+        fz_corpus_free(&c);
+        return;
+    }
+    /* queries: runs past the corpus's, periodic past it, the document repeated, and a mix */
+    enum { QN = 900 };
+    static uint32_t q[4][QN];
+    for (int64_t i = 0; i < QN; i++) {
+        q[0][i] = 1;
+        q[1][i] = 2 + (uint32_t)(i % 3);
+        q[2][i] = c.ids[doc + i % 150];
+        q[3][i] = (i / 97) % 3 == 0 ? 1 : (i / 97) % 3 == 1 ? 2 + (uint32_t)(i % 3) : c.ids[doc + (i * 7) % 150];
+    }
+    static uint64_t num[QN], den[QN];
+    static int64_t sl[QN];
+    for (int j = 0; j < 4; j++) {
+        CHECK(ig_score(ix, q[j], QN, num, den, sl, NULL, err, sizeof err) == IG_OK, "repetitive score");
+        int bad = 0;
+        for (int64_t i = 0; i < QN && !bad; i++) {
+            ig_prob p;
+            ig_infgram_prob(ix, q[j], i, q[j][i], &p, err, sizeof err);
+            bad = p.count != num[i] || p.prompt_count != den[i] || p.suffix_len != sl[i];
+            CHECK(!bad, "repetitive score query %d position %lld: suffix %lld want %lld", j, (long long)i,
+                  (long long)sl[i], (long long)p.suffix_len);
+        }
+        for (int64_t i = 0; i < QN; i += 151) /* the reference itself, by brute force */
+            CHECK(sl[i] == fz_naive_suffix(&c, q[j], i, i), "repetitive naive suffix");
+        /* decoding states: one token a call, and 1..64 tokens a call */
+        int64_t st[6], one[6], many[6], want[6];
+        ig_state_init(ix, q[j], 0, st, err, sizeof err);
+        memcpy(many, st, sizeof st);
+        int64_t done = 0;
+        for (int64_t i = 1; i <= QN; i++) {
+            CHECK(ig_state_extend(ix, st, q[j], i, one, err, sizeof err) == IG_OK, "%s", err);
+            memcpy(st, one, sizeof st);
+            if (i % 64 == (j * 13) % 64 || i == QN) {
+                CHECK(ig_draft_advance(ix, many, q[j], i, i - done, many, err, sizeof err) == IG_OK, "%s", err);
+                done = i;
+                ig_state_init(ix, q[j], i, want, err, sizeof err);
+                CHECK(!memcmp(many, want, sizeof want) && !memcmp(st, want, sizeof want),
+                      "repetitive states query %d at %lld", j, (long long)i);
+            }
+        }
+    }
+    ig_close(ix);
+    fz_corpus_free(&c);
+}
+
 int main(void) {
     struct {
         int width;
@@ -352,6 +440,7 @@ int main(void) {
         if (k != 1) test_damaged_files(&c);
         fz_corpus_free(&c);
     }
+    test_repetitive();
     printf("test_core: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
