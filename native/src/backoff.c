@@ -209,7 +209,7 @@ static uint64_t find_pattern(const ig_index *ix, const pattern *p, ig_range *out
     for (int i = 0; i < ix->n_shards; i++) {
         const ig_shard *a = &ix->shards[i];
         /* (a witness of a forged state may hold a separator: it matches no context) */
-        ig_range r = first < ix->vocab_size ? first_token_range(a, ix->token_width, first) : (ig_range){0, 0};
+        ig_range r = first < ix->vocab_size ? ig_first_token_range(a, ix->token_width, first) : (ig_range){0, 0};
         if (r.hi > r.lo) { /* every suffix in r shares the first token with the pattern */
             int64_t lo = bound_pattern(p, a, r.lo - 1, r.hi, 1, 0);
             r = (ig_range){lo, bound_pattern(p, a, lo - 1, r.hi, 1, 1)};
@@ -294,5 +294,5 @@ int64_t ig_backoff(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t
         if (k >= 0) return k;
         if (k == -1) l = IG_BACKOFF_SHORT;
     }
-    return longest_suffix(ix, ctx, len, l, cur, tmp);
+    return ig_longest_suffix(ix, ctx, len, l, cur, tmp);
 }

@@ -21,14 +21,14 @@
    (Manber-Myers' "mlr" rule), so a search costs O(log N) comparisons plus the tokens not seen
    before. The new length is galloped down from l (in a repetitive stretch it is l or close to
    it), then bisected. Short back-offs keep the query-reading search of query.c
-   (longest_suffix), whose cost is bounded by IG_BACKOFF_SHORT.
+   (ig_longest_suffix), whose cost is bounded by IG_BACKOFF_SHORT.
 */
 #ifndef IG_BACKOFF_H
 #define IG_BACKOFF_H
 
 #include "query_internal.h"
 
-/* Back-offs from at most this many tokens search the query directly (longest_suffix). */
+/* Back-offs from at most this many tokens search the query directly (ig_longest_suffix). */
 #ifndef IG_BACKOFF_SHORT
 #define IG_BACKOFF_SHORT 32
 #endif

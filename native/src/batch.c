@@ -16,7 +16,7 @@
 /* ---------------------------------------------------------------- checks */
 
 /* Offsets inside [0, n_values] and non-decreasing, and every id of the batch a valid token. */
-int check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+int ig_check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                 int64_t n, const char *what, char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "%s: negative number of queries %lld", what, (long long)n);
@@ -42,7 +42,7 @@ int check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, co
         }
         char name[96];
         snprintf(name, sizeof name, "%s[%lld]", what, (long long)row);
-        return check_ids(ix, values + offsets[row], offsets[row + 1] - offsets[row], name, err, errlen);
+        return ig_check_ids(ix, values + offsets[row], offsets[row + 1] - offsets[row], name, err, errlen);
     }
     return IG_OK;
 }
@@ -55,7 +55,7 @@ int64_t ig_count_fast(const ig_index *ix, const uint32_t *q, int64_t len) {
         if (q[i] >= ix->vocab_size) return IG_ERR_ARG;
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
         c += (uint64_t)(r.hi - r.lo);
     }
     return (int64_t)c;
@@ -76,7 +76,7 @@ static int count_work(void *ctx, int tid, int64_t begin, int64_t end) {
         const uint32_t *q = j->values + j->offsets[i];
         int64_t len = j->offsets[i + 1] - j->offsets[i];
         for (int s = 0; s < j->ix->n_shards; s++) {
-            ig_range r = find_in_shard(&j->ix->shards[s], j->ix->token_width, q, len);
+            ig_range r = ig_find_in_shard(&j->ix->shards[s], j->ix->token_width, q, len);
             c += (uint64_t)(r.hi - r.lo);
         }
         j->counts[i] = c;
@@ -86,7 +86,7 @@ static int count_work(void *ctx, int tid, int64_t begin, int64_t end) {
 
 int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                    int64_t n, uint64_t *counts, int n_threads, char *err, size_t errlen) {
-    int rc = check_batch(ix, values, n_values, offsets, n, "queries", err, errlen);
+    int rc = ig_check_batch(ix, values, n_values, offsets, n, "queries", err, errlen);
     if (rc || n == 0) return rc;
     if (!counts) return ig_fail(err, errlen, IG_ERR_ARG, "counts: NULL output");
     count_job j = {ix, values, offsets, counts};
@@ -109,30 +109,30 @@ static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
     prob_job *j = ctx;
     (void)tid;
     ig_scratch sc;
-    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     for (int64_t i = begin; i < end; i++) {
         const uint32_t *q = j->values + j->offsets[i];
         int64_t len = j->offsets[i + 1] - j->offsets[i], d = len;
-        if (j->infinite) d = longest_suffix(j->ix, q, len, len, sc.a, sc.b);
-        else find_all(j->ix, q, len, sc.a);
+        if (j->infinite) d = ig_longest_suffix(j->ix, q, len, len, sc.a, sc.b);
+        else ig_find_all(j->ix, q, len, sc.a);
         ig_prob p;
-        prob_from_ranges(j->ix, sc.a, d, j->tokens[i], sc.c, &p);
+        ig_prob_from_ranges(j->ix, sc.a, d, j->tokens[i], sc.c, &p);
         j->count[i] = p.count;
         j->prompt_count[i] = p.prompt_count;
         j->suffix_len[i] = p.suffix_len;
         if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
     }
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return 0;
 }
 
 int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                   int64_t n, const uint32_t *tokens, int infinite, uint64_t *count, uint64_t *prompt_count,
                   int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err, size_t errlen) {
-    int rc = check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
+    int rc = ig_check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
     if (rc || n == 0) return rc;
     if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
-    if ((rc = check_ids(ix, tokens, n, "tokens", err, errlen))) return rc;
+    if ((rc = ig_check_ids(ix, tokens, n, "tokens", err, errlen))) return rc;
     prob_job j = {ix, values, tokens, offsets, infinite, count, prompt_count, suffix_len, sparse};
     return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
 }
@@ -158,23 +158,23 @@ static int score_work(void *ctx, int tid, int64_t begin, int64_t end) {
     score_job *j = ctx;
     (void)tid;
     ig_scratch sc;
-    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     int rc = 0;
     for (int64_t p = begin; p < end && !rc; p++) {
         if (ig_cancelled(j->cancel)) { rc = IG_ERR_CANCELLED; break; } /* (many short rows) */
         int64_t row = j->piece_row[p], start = j->offsets[row];
         int64_t stop = p + 1 < j->n_pieces && j->piece_row[p + 1] == row ? j->piece_begin[p + 1] : j->offsets[row + 1];
-        rc = score_span(j->ix, j->values + start, j->piece_begin[p] - start, stop - start, j->num + start,
+        rc = ig_score_span(j->ix, j->values + start, j->piece_begin[p] - start, stop - start, j->num + start,
                         j->den + start, j->suffix_len + start, j->sparse ? j->sparse + start : NULL, &sc, j->cancel);
     }
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return rc;
 }
 
 int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                    int64_t n, uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse,
                    int n_threads, const int *cancel, char *err, size_t errlen) {
-    int rc = check_batch(ix, values, n_values, offsets, n, "sequences", err, errlen);
+    int rc = ig_check_batch(ix, values, n_values, offsets, n, "sequences", err, errlen);
     if (rc || n == 0) return rc;
     if (!num || !den || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     int64_t tokens = offsets[n] - offsets[0];

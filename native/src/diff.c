@@ -30,15 +30,15 @@ typedef struct {
 } pair_scratch;
 
 static int pair_init(pair_scratch *ps, const ig_index *P, const ig_index *M, char *err, size_t errlen) {
-    int rc = scratch_init(&ps->p, P->n_shards, err, errlen);
+    int rc = ig_scratch_init(&ps->p, P->n_shards, err, errlen);
     if (rc) return rc;
-    if ((rc = scratch_init(&ps->m, M->n_shards, err, errlen))) scratch_free(&ps->p);
+    if ((rc = ig_scratch_init(&ps->m, M->n_shards, err, errlen))) ig_scratch_free(&ps->p);
     return rc;
 }
 
 static void pair_free(pair_scratch *ps) {
-    scratch_free(&ps->p);
-    scratch_free(&ps->m);
+    ig_scratch_free(&ps->p);
+    ig_scratch_free(&ps->m);
 }
 
 static int64_t range_sum(const ig_index *ix, const ig_range *r) {
@@ -50,7 +50,7 @@ static int64_t range_sum(const ig_index *ix, const ig_range *r) {
 /* Net count of q; its ranges land in rp / rm. */
 static int64_t net_find(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t len, ig_range *rp,
                         ig_range *rm) {
-    return (int64_t)find_all(P, q, len, rp) - (int64_t)find_all(M, q, len, rm);
+    return (int64_t)ig_find_all(P, q, len, rp) - (int64_t)ig_find_all(M, q, len, rm);
 }
 
 /* Net count of context + t, from the context's ranges at depth d; narrowed ranges into np / nm. */
@@ -58,11 +58,11 @@ static int64_t net_next(const ig_index *P, const ig_index *M, const ig_range *rp
                         uint32_t t, ig_range *np, ig_range *nm) {
     int64_t c = 0;
     for (int i = 0; i < P->n_shards; i++) {
-        np[i] = rp[i].hi > rp[i].lo ? narrow1(&P->shards[i], P->token_width, rp[i], d, t) : rp[i];
+        np[i] = rp[i].hi > rp[i].lo ? ig_narrow1(&P->shards[i], P->token_width, rp[i], d, t) : rp[i];
         c += np[i].hi - np[i].lo;
     }
     for (int i = 0; i < M->n_shards; i++) {
-        nm[i] = rm[i].hi > rm[i].lo ? narrow1(&M->shards[i], M->token_width, rm[i], d, t) : rm[i];
+        nm[i] = rm[i].hi > rm[i].lo ? ig_narrow1(&M->shards[i], M->token_width, rm[i], d, t) : rm[i];
         c -= nm[i].hi - nm[i].lo;
     }
     return c;
@@ -75,7 +75,7 @@ static int net_sparse(const ig_index *P, const ig_index *M, const ig_range *rp, 
                       ig_range *np, ig_range *nm, int *neg) {
     /* Fast paths (the caller knows the net count of the context is positive): one distinct
        token in plus stays the one token; with nothing removed here, plus decides alone. */
-    if (is_sparse(P, rp, d)) return 1;
+    if (ig_is_sparse(P, rp, d)) return 1;
     int removed = 0;
     for (int i = 0; i < M->n_shards; i++) removed |= rm[i].hi > rm[i].lo;
     if (!removed) return 0;
@@ -86,7 +86,7 @@ static int net_sparse(const ig_index *P, const ig_index *M, const ig_range *rp, 
         int64_t k = rp[i].lo;
         while (k < rp[i].hi) {
             uint32_t t = tok_rank(s, w, k, d);
-            k = narrow1(s, w, (ig_range){k, rp[i].hi}, d, t).hi; /* end of t's run */
+            k = ig_narrow1(s, w, (ig_range){k, rp[i].hi}, d, t).hi; /* end of t's run */
             if (found && t == t0) continue;
             int64_t c = net_next(P, M, rp, rm, d, t, np, nm);
             if (c < 0) { *neg = 1; return 0; }
@@ -227,7 +227,7 @@ int ig_diff_check(const ig_index *P, const ig_index *M, char *err, size_t errlen
 int ig_diff_count(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t len, uint64_t *count,
                   char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
-    if (!rc) rc = check_ids(P, q, len, "count", err, errlen);
+    if (!rc) rc = ig_check_ids(P, q, len, "count", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
@@ -241,17 +241,17 @@ int ig_diff_count(const ig_index *P, const ig_index *M, const uint32_t *q, int64
 int ig_diff_ntd(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t len, uint32_t *tokens,
                 uint64_t *counts, int64_t cap, int64_t *n_out, uint64_t *total, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
-    if (!rc) rc = check_ids(P, q, len, "ntd", err, errlen);
+    if (!rc) rc = ig_check_ids(P, q, len, "ntd", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
-    int64_t cp = (int64_t)find_all(P, q, len, ps.p.a), cm = (int64_t)find_all(M, q, len, ps.m.a);
+    int64_t cp = (int64_t)ig_find_all(P, q, len, ps.p.a), cm = (int64_t)ig_find_all(M, q, len, ps.m.a);
     uint32_t *mt = NULL;
     uint64_t *mc = NULL;
     int64_t np = 0, nm = 0;
     if (cm > cp) { rc = not_subset(err, errlen); goto done; }
     /* plus's distribution straight into the caller's buffers, then minus's subtracted in place */
-    if ((rc = ntd_ranges(P, ps.p.a, len, tokens, counts, cap, &np, err, errlen))) {
+    if ((rc = ig_ntd_ranges(P, ps.p.a, len, tokens, counts, cap, &np, err, errlen))) {
         *n_out = np; /* an upper bound of what the net distribution needs */
         goto done;
     }
@@ -260,7 +260,7 @@ int ig_diff_ntd(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t
         mt = malloc((size_t)room * sizeof *mt);
         mc = malloc((size_t)room * sizeof *mc);
         if (!mt || !mc) { rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory"); goto done; }
-        if ((rc = ntd_ranges(M, ps.m.a, len, mt, mc, room, &nm, err, errlen))) goto done;
+        if ((rc = ig_ntd_ranges(M, ps.m.a, len, mt, mc, room, &nm, err, errlen))) goto done;
     }
     int64_t n = 0, j = 0;
     for (int64_t i = 0; i < np; i++) {
@@ -288,7 +288,7 @@ done:
 int ig_diff_infgram_suffix(const ig_index *P, const ig_index *M, const uint32_t *prompt, int64_t len,
                            int64_t *suffix_len, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
-    if (!rc) rc = check_ids(P, prompt, len, "infgram", err, errlen);
+    if (!rc) rc = ig_check_ids(P, prompt, len, "infgram", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
@@ -303,8 +303,8 @@ int ig_diff_infgram_suffix(const ig_index *P, const ig_index *M, const uint32_t 
 static int prob_common(const ig_index *P, const ig_index *M, const uint32_t *prompt, int64_t len, uint32_t token,
                        ig_prob *out, int infinite, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
-    if (!rc) rc = check_ids(P, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
-    if (!rc) rc = check_ids(P, &token, 1, "token", err, errlen);
+    if (!rc) rc = ig_check_ids(P, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
+    if (!rc) rc = ig_check_ids(P, &token, 1, "token", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
@@ -333,7 +333,7 @@ int ig_diff_ngram_prob(const ig_index *P, const ig_index *M, const uint32_t *pro
 int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int64_t n, uint64_t *num,
                   uint64_t *den, int64_t *suffix_len, uint8_t *sparse, const int *cancel, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
-    if (!rc) rc = check_ids(P, ids, n, "score", err, errlen);
+    if (!rc) rc = ig_check_ids(P, ids, n, "score", err, errlen);
     if (rc) return rc;
     /* four range blocks per index: cur, next + sparse scratch (adjacent), tmp */
     int SP = P->n_shards, SM = M->n_shards;

@@ -40,7 +40,7 @@ static int64_t merge_equal(tc *v, int64_t n) {
 static uint64_t narrow_all(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
-        next[i] = rs[i].hi > rs[i].lo ? narrow1(&ix->shards[i], ix->token_width, rs[i], d, t) : rs[i];
+        next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(&ix->shards[i], ix->token_width, rs[i], d, t) : rs[i];
         c += (uint64_t)(next[i].hi - next[i].lo);
     }
     return c;
@@ -63,7 +63,7 @@ static int64_t candidates(const ig_index *ix, const ig_range *rs, int64_t d, tc 
         for (int i = 0; i < ix->n_shards; i++) {
             if (rs[i].hi <= rs[i].lo) continue;
             int64_t room = IG_DRAFT_EXACT_MAX - n;
-            int64_t m = walk_range(&ix->shards[i], w, rs[i], d, toks, cnts, room);
+            int64_t m = ig_walk_range(&ix->shards[i], w, rs[i], d, toks, cnts, room);
             if (m > room) m = room; /* impossible for a valid index: at most one entry per occurrence */
             for (int64_t j = 0; j < m; j++) all[n + j] = (tc){toks[j], cnts[j]};
             n += m;
@@ -107,11 +107,11 @@ int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens,
     if (max_tokens < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_tokens must be >= 0, got %lld", (long long)max_tokens);
     *n_out = 0;
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return (int)l;
     }
     ig_range *cur = sc.a, *next = sc.b;
@@ -142,7 +142,7 @@ int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens,
         l++;
     }
     *n_out = n;
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -153,16 +153,16 @@ int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint3
     *n_out = 0;
     *total = 0;
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return (int)l;
     }
     tc *best = k > 0 ? malloc((size_t)k * sizeof *best) : NULL;
     if (k > 0 && !best) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
     int64_t n = candidates(ix, sc.a, l, best, k, total, sc.c);
@@ -177,11 +177,11 @@ int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint3
             continue;
         }
         narrow_all(ix, sc.a, l, best[j].tok, sc.b);
-        state_store(ix, l + 1, sc.b, cs);
+        ig_state_store(ix, l + 1, sc.b, cs);
     }
     *n_out = n;
     free(best);
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -222,16 +222,16 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
     if (n_new < 0 || n_new > len)
         return ig_fail(err, errlen, IG_ERR_ARG, "n_new must be in [0, %lld], got %lld", (long long)len, (long long)n_new);
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) rc = (int)l;
     else if (len - n_new < l)
         rc = ig_fail(err, errlen, IG_ERR_ARG, "the context given has %lld tokens before the new ones; the state's "
                      "matched suffix needs %lld", (long long)(len - n_new), (long long)l);
-    else rc = check_ids(ix, ctx + len - n_new - l, l + n_new, "context", err, errlen);
+    else rc = ig_check_ids(ix, ctx + len - n_new - l, l + n_new, "context", err, errlen);
     if (rc) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return rc;
     }
     ig_range *cur = sc.a, *next = sc.b;
@@ -242,8 +242,8 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
         for (int i = 0; i < ix->n_shards; i++) {
             const ig_shard *s = &ix->shards[i];
             ig_range r = cur[i];
-            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, t);
-            else next[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, t) : r;
+            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, t);
+            else next[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, t) : r;
             c += (uint64_t)(next[i].hi - next[i].lo);
         }
         if (c > 0) {
@@ -254,8 +254,8 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
         }
     }
     ig_lce_memo_free(memo);
-    state_store(ix, l, cur, out);
-    scratch_free(&sc);
+    ig_state_store(ix, l, cur, out);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -305,8 +305,8 @@ static int advance(const ig_index *ix, ig_scratch *sc, int64_t *l_io, ig_range *
         for (int i = 0; i < ix->n_shards; i++) {
             const ig_shard *s = &ix->shards[i];
             ig_range r = cur[i];
-            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, (uint32_t)t);
-            else next[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, (uint32_t)t) : r;
+            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, (uint32_t)t);
+            else next[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, (uint32_t)t) : r;
             c += (uint64_t)(next[i].hi - next[i].lo);
         }
         if (c > 0) {
@@ -390,18 +390,18 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     ig_range *cur = NULL;
     if (use_inf) {
         if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
-        if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-        l = state_load(ix, state, sc.a, "state", err, errlen);
+        if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+        l = ig_state_load(ix, state, sc.a, "state", err, errlen);
         if (l < 0) {
-            scratch_free(&sc);
+            ig_scratch_free(&sc);
             return (int)l;
         }
         cur = sc.a;
         if ((rc = advance(ix, &sc, &l, &cur, seq, n, n_new, p->eos_id, err, errlen))) {
-            scratch_free(&sc);
+            ig_scratch_free(&sc);
             return rc;
         }
-        state_store(ix, l, cur, state);
+        ig_state_store(ix, l, cur, state);
     }
     int64_t look_len = 0, look_n = 0;
     if (use_look && max_tokens > 0) {
@@ -424,7 +424,7 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
             if (buf != out && buf != tmp) free(buf);
         }
     }
-    if (use_inf) scratch_free(&sc);
+    if (use_inf) ig_scratch_free(&sc);
     if (rc) return rc;
     if (inf_n > 0) {
         *n_out = inf_n;
@@ -456,15 +456,15 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
         return ig_fail(err, errlen, IG_ERR_ARG, "max_nodes, max_depth and width must be >= 0");
     *n_out = 0;
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return (int)l;
     }
     if (l == 0 || max_nodes == 0 || max_depth == 0 || width == 0) {
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return IG_OK;
     }
     int ns = ix->n_shards;
@@ -475,7 +475,7 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
     tc *cands = malloc((size_t)width * sizeof *cands);
     if (!node_r || !depth || !heap || !cands) {
         free(node_r); free(depth); free(heap); free(cands);
-        scratch_free(&sc);
+        ig_scratch_free(&sc);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
     memcpy(node_r + max_nodes * ns, sc.a, (size_t)ns * sizeof *node_r);
@@ -516,6 +516,6 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
     }
     *n_out = n;
     free(node_r); free(depth); free(heap); free(cands);
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return IG_OK;
 }

@@ -50,7 +50,7 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     lm->nmemo = calloc((size_t)1 << LM_NMEMO_BITS, sizeof(lm_nmemo));
     if (!lm->nmemo || !lm->rows_a || !lm->rows_b || !lm->stamp_a || !lm->stamp_b || !lm->dense || !lm->idx ||
         !lm->cursor || !lm->cursor2 || !lm->child || !lm->child2 || !lm->lv_L || !lm->lv_T ||
-        lm_cache_init(lm, cache_entries ? cache_entries : LM_DEFAULT_CACHE) != IG_OK) {
+        ig_lm_cache_init(lm, cache_entries ? cache_entries : LM_DEFAULT_CACHE) != IG_OK) {
         ig_lm_free(lm);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
@@ -115,7 +115,7 @@ static int64_t rows_init(ig_lm *lm, ig_range *rows, const uint32_t *ctx, int64_t
     row_full(lm, rows);
     int64_t top = n < cap ? n : cap, d = 0;
     for (int64_t L = 1; L <= top; L++) {
-        if (find_all(lm->ix, ctx + n - L, L, lm_row(lm, rows, L)) == 0) break;
+        if (ig_find_all(lm->ix, ctx + n - L, L, lm_row(lm, rows, L)) == 0) break;
         d = L;
     }
     return d;
@@ -131,11 +131,11 @@ static inline ig_range narrow_small(ig_lm *lm, int shard, ig_range r, int64_t d,
                      ((uint64_t)d << 20) ^ (uint64_t)shard;
         lm_nmemo *e = &lm->nmemo[(h ^ (h >> 29)) & (((uint64_t)1 << LM_NMEMO_BITS) - 1)];
         if (e->hi == r.hi && e->lo == r.lo && e->t == t && e->d == d && e->shard == shard) return e->out;
-        ig_range out = narrow1(s, w, r, d, t);
+        ig_range out = ig_narrow1(s, w, r, d, t);
         *e = (lm_nmemo){r.lo, r.hi, d, t, shard, out};
         return out;
     }
-    if (r.hi - r.lo > 8) return narrow1(s, w, r, d, t);
+    if (r.hi - r.lo > 8) return ig_narrow1(s, w, r, d, t);
     int64_t a = r.lo;
     while (a < r.hi && tok_rank(s, w, a, d) < t) a++;
     int64_t b = a;
@@ -157,7 +157,7 @@ static int64_t rows_push(ig_lm *lm, const ig_range *cur, int64_t depth, ig_range
         for (int s = 0; s < lm->S; s++) {
             const ig_shard *sh = &lm->ix->shards[s];
             if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
-            else if (L == 0) b[s] = first_token_range(sh, lm->w, t);
+            else if (L == 0) b[s] = ig_first_token_range(sh, lm->w, t);
             else b[s] = narrow_small(lm, s, a[s], L, t);
             tot += (uint64_t)(b[s].hi - b[s].lo);
         }
@@ -176,7 +176,7 @@ static int is_single(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
     int have = 0;
     uint32_t t0 = 0;
     for (int s = 0; s < lm->S; s++) {
-        int64_t hi = lm_cont_hi(lm, s, rs[s], d, eod);
+        int64_t hi = ig_lm_cont_hi(lm, s, rs[s], d, eod);
         if (hi <= rs[s].lo) continue;
         const ig_shard *sh = &lm->ix->shards[s];
         uint32_t a = tok_rank(sh, lm->w, rs[s].lo, d), b = tok_rank(sh, lm->w, hi - 1, d);
@@ -207,7 +207,7 @@ static int64_t sep_depth(const ig_lm *lm, ig_range *rows, int64_t top, int eod) 
 /* Continuations of row L, given sep_depth's E. */
 static inline uint64_t row_T(const ig_lm *lm, ig_range *rows, int64_t L, int64_t E) {
     const ig_range *rs = lm_row(lm, rows, L);
-    return L <= E ? lm_cont_total(lm, rs, L, 0) : rows_total(lm, rs);
+    return L <= E ? ig_lm_cont_total(lm, rs, L, 0) : rows_total(lm, rs);
 }
 
 /* Deepest row <= top with a continuation (-1 if none). */
@@ -274,12 +274,12 @@ static double smooth_prob(ig_lm *lm, const ig_lm_config *c, ig_range *cur, int64
     for (int64_t L = 0; L <= Lmax; L++) {
         int raw = level_is_raw(m, L);
         lm_stats st;
-        lm_context_stats(lm, lm_row(lm, cur, L), L, &st);
+        ig_lm_context_stats(lm, lm_row(lm, cur, L), L, &st);
         lm_level_sums z = level_sums(&st, raw, c->eod);
         if (!z.B) continue;
         double cnt;
         if (raw) cnt = (double)child_count(lm, next, nd, L);
-        else cnt = L + 1 <= nd ? (double)lm_nleft(lm, lm_row(lm, next, L + 1), L + 1) : 0;
+        else cnt = L + 1 <= nd ? (double)ig_lm_nleft(lm, lm_row(lm, next, L + 1), L + 1) : 0;
         if (m->witten_bell) {
             p = (cnt + (double)z.types * p) / ((double)z.B + (double)z.types);
         } else {
@@ -299,7 +299,7 @@ static double smooth_prob(ig_lm *lm, const ig_lm_config *c, ig_range *cur, int64
 int ig_lm_score(ig_lm *lm, const ig_lm_config *cfg, const uint32_t *ids, int64_t n, double *prob,
                 int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
     int rc = check_cfg(lm, cfg, err, errlen);
-    if (!rc) rc = check_ids(lm->ix, ids, n, "score", err, errlen);
+    if (!rc) rc = ig_check_ids(lm->ix, ids, n, "score", err, errlen);
     if (rc) return rc;
     if (n > 0 && !prob) return ig_fail(err, errlen, IG_ERR_ARG, "NULL prob");
     int64_t cap = method_cap(cfg), depth = 0;
@@ -313,7 +313,7 @@ int ig_lm_score(ig_lm *lm, const ig_lm_config *cfg, const uint32_t *ids, int64_t
         if (cfg->method == IG_LM_INFGRAM) {
             int64_t L = deepest(lm, cur, depth < cap ? depth : cap, cfg->eod);
             if (L >= 0) {
-                p = (double)child_count(lm, next, nd, L) / (double)lm_cont_total(lm, lm_row(lm, cur, L), L, cfg->eod);
+                p = (double)child_count(lm, next, nd, L) / (double)ig_lm_cont_total(lm, lm_row(lm, cur, L), L, cfg->eod);
                 sl = L;
                 sp = is_single(lm, lm_row(lm, cur, L), L, cfg->eod);
             }
@@ -356,7 +356,7 @@ int ig_lm_levels(ig_lm *lm, const uint32_t *ids, int64_t n, int64_t begin, int64
                  int64_t max_depth, int eod, int with_cont, int64_t *out, int64_t cap,
                  int64_t *rows_out, int64_t *next_pos, char *err, size_t errlen) {
     if (!lm) return ig_fail(err, errlen, IG_ERR_ARG, "NULL lm handle");
-    int rc = check_ids(lm->ix, ids, n, "levels", err, errlen);
+    int rc = ig_check_ids(lm->ix, ids, n, "levels", err, errlen);
     if (rc) return rc;
     if (begin < 0 || end > n || begin > end)
         return ig_fail(err, errlen, IG_ERR_ARG, "positions [%lld, %lld) outside 0..%lld", (long long)begin,
@@ -376,15 +376,15 @@ int ig_lm_levels(ig_lm *lm, const uint32_t *ids, int64_t n, int64_t begin, int64
             memset(r, 0, IG_LM_NSTAT * sizeof *r);
             r[0] = i;
             r[1] = L;
-            r[2] = (int64_t)lm_cont_total(lm, rs, L, eod);
+            r[2] = (int64_t)ig_lm_cont_total(lm, rs, L, eod);
             r[3] = (int64_t)child_count(lm, next, nd, L);
             if (with_cont) {
                 lm_stats st;
-                lm_context_stats(lm, rs, L, &st);
+                ig_lm_context_stats(lm, rs, L, &st);
                 lm_level_sums a = level_sums(&st, 1, eod), b = level_sums(&st, 0, eod);
                 r[4] = (int64_t)a.types; r[5] = (int64_t)a.n1; r[6] = (int64_t)a.n2; r[7] = (int64_t)a.n3;
                 r[8] = (int64_t)b.B;
-                r[9] = L + 1 <= nd ? (int64_t)lm_nleft(lm, lm_row(lm, next, L + 1), L + 1) : 0;
+                r[9] = L + 1 <= nd ? (int64_t)ig_lm_nleft(lm, lm_row(lm, next, L + 1), L + 1) : 0;
                 r[10] = (int64_t)b.types; r[11] = (int64_t)b.n1; r[12] = (int64_t)b.n2; r[13] = (int64_t)b.n3;
             }
         }
@@ -404,7 +404,7 @@ int ig_lm_levels(ig_lm *lm, const uint32_t *ids, int64_t n, int64_t begin, int64
 static void add_counts(ig_lm *lm, ig_range *rs, int64_t L, int eod, double weight, double *dense) {
     for (int s = 0; s < lm->S; s++) lm->cursor2[s] = rs[s].lo;
     uint32_t t;
-    while (lm_next_follower(lm, rs, L, lm->cursor2, lm->child2, &t)) {
+    while (ig_lm_next_follower(lm, rs, L, lm->cursor2, lm->child2, &t)) {
         if (t == lm->sep && !eod) continue;
         dense[lm_slot(lm, t)] += weight * (double)rows_total(lm, lm->child2);
     }
@@ -429,7 +429,7 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
             int raw = level_is_raw(m, L);
             ig_range *rs = lm_row(lm, rows, L);
             lm_stats st;
-            lm_context_stats(lm, rs, L, &st);
+            ig_lm_context_stats(lm, rs, L, &st);
             lm_level_sums z = level_sums(&st, raw, c->eod);
             if (!z.B) continue;
             int64_t j = L < m->n_params ? L : m->n_params - 1;
@@ -449,9 +449,9 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
             }
             for (int s = 0; s < lm->S; s++) lm->cursor2[s] = rs[s].lo;
             uint32_t t;
-            while (lm_next_follower(lm, rs, L, lm->cursor2, lm->child2, &t)) {
+            while (ig_lm_next_follower(lm, rs, L, lm->cursor2, lm->child2, &t)) {
                 if (t == lm->sep && !c->eod) continue;
-                double cnt = raw ? (double)rows_total(lm, lm->child2) : (double)lm_nleft(lm, lm->child2, L + 1);
+                double cnt = raw ? (double)rows_total(lm, lm->child2) : (double)ig_lm_nleft(lm, lm->child2, L + 1);
                 double add = m->witten_bell ? cnt : cnt - discount(m, j, cnt);
                 if (add > 0) dense[lm_slot(lm, t)] += add / den / scale;
             }
@@ -459,7 +459,7 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
         for (size_t i = 0; i < slots; i++) dense[i] *= scale;
         if (Lmax >= 0) {
             *sl = Lmax;
-            *matches = lm_cont_total(lm, lm_row(lm, rows, Lmax), Lmax, c->eod);
+            *matches = ig_lm_cont_total(lm, lm_row(lm, rows, Lmax), Lmax, c->eod);
         }
         return;
     }
@@ -468,7 +468,7 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
         int64_t L = deepest(lm, rows, top, c->eod);
         if (L >= 0) {
             add_counts(lm, lm_row(lm, rows, L), L, c->eod, 1, dense);
-            den = (double)lm_cont_total(lm, lm_row(lm, rows, L), L, c->eod);
+            den = (double)ig_lm_cont_total(lm, lm_row(lm, rows, L), L, c->eod);
             *sl = L;
             *matches = (uint64_t)den;
         }
@@ -476,7 +476,7 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
         int64_t nl = backoff_levels(lm, c, rows, depth);
         if (!nl) { /* no context level: the unigram */
             lm->lv_L[0] = 0;
-            lm->lv_T[0] = lm_cont_total(lm, rows, 0, c->eod);
+            lm->lv_T[0] = ig_lm_cont_total(lm, rows, 0, c->eod);
             nl = lm->lv_T[0] ? 1 : 0;
         }
         double wgt = 1;
@@ -499,7 +499,7 @@ static void materialise(ig_lm *lm, const ig_lm_config *c, ig_range *rows, int64_
 int ig_lm_distribution(ig_lm *lm, const ig_lm_config *cfg, const uint32_t *ctx, int64_t n,
                        double *probs, char *err, size_t errlen) {
     int rc = check_cfg(lm, cfg, err, errlen);
-    if (!rc) rc = check_ids(lm->ix, ctx, n, "context", err, errlen);
+    if (!rc) rc = ig_check_ids(lm->ix, ctx, n, "context", err, errlen);
     if (rc) return rc;
     if (!probs) return ig_fail(err, errlen, IG_ERR_ARG, "NULL probs");
     int64_t depth = rows_init(lm, lm->rows_a, ctx, n, method_cap(cfg)), sl;
@@ -548,7 +548,7 @@ static uint32_t sample_rank(ig_lm *lm, ig_range *rs, int64_t L, uint64_t total, 
     uint64_t r = rng_below(rng, total);
     for (int s = 0; s < lm->S; s++) {
         if (rs[s].hi <= rs[s].lo) continue;
-        uint64_t cnt = (uint64_t)(lm_cont_hi(lm, s, rs[s], L, eod) - rs[s].lo);
+        uint64_t cnt = (uint64_t)(ig_lm_cont_hi(lm, s, rs[s], L, eod) - rs[s].lo);
         if (r < cnt) return tok_rank(&lm->ix->shards[s], lm->w, rs[s].lo + (int64_t)r, L);
         r -= cnt;
     }
@@ -561,7 +561,7 @@ static uint32_t sample_plain(ig_lm *lm, const ig_lm_config *c, ig_range *rows, i
         int64_t top = depth < c->max_context ? depth : c->max_context;
         int64_t L = deepest(lm, rows, top, c->eod);
         if (L < 0) return lm->sep;
-        uint64_t T = lm_cont_total(lm, lm_row(lm, rows, L), L, c->eod);
+        uint64_t T = ig_lm_cont_total(lm, lm_row(lm, rows, L), L, c->eod);
         *sl = L;
         *matches = T;
         return sample_rank(lm, lm_row(lm, rows, L), L, T, c->eod, rng);
@@ -569,7 +569,7 @@ static uint32_t sample_plain(ig_lm *lm, const ig_lm_config *c, ig_range *rows, i
     int64_t nl = backoff_levels(lm, c, rows, depth);
     if (!nl) {
         lm->lv_L[0] = 0;
-        lm->lv_T[0] = lm_cont_total(lm, rows, 0, c->eod);
+        lm->lv_T[0] = ig_lm_cont_total(lm, rows, 0, c->eod);
         if (!lm->lv_T[0]) return lm->sep;
         nl = 1;
     }
@@ -662,7 +662,7 @@ int ig_lm_generate(ig_lm *lm, const ig_lm_config *cfg, const ig_lm_sampling *smp
                    uint32_t *out, int64_t *suffix_len, uint64_t *matches, int64_t *n_out, int *ended,
                    char *err, size_t errlen) {
     int rc = check_cfg(lm, cfg, err, errlen);
-    if (!rc) rc = check_ids(lm->ix, ctx, n_ctx, "context", err, errlen);
+    if (!rc) rc = ig_check_ids(lm->ix, ctx, n_ctx, "context", err, errlen);
     if (rc) return rc;
     if (!smp || !rng || !n_out || !ended || (max_new > 0 && !out))
         return ig_fail(err, errlen, IG_ERR_ARG, "NULL argument");

@@ -78,18 +78,18 @@ static inline uint64_t rows_total(const ig_lm *lm, const ig_range *rs) {
 static inline uint32_t lm_slot(const ig_lm *lm, uint32_t t) { return t >= lm->V ? lm->V : t; }
 
 /* lm_stats.c */
-int lm_cache_init(ig_lm *lm, int64_t entries);
+int ig_lm_cache_init(ig_lm *lm, int64_t entries);
 /* Stats of the string whose ranges are rs at depth d (cached when large). */
-void lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out);
+void ig_lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out);
 /* N1+(. s) for the string whose ranges are rs (depth d). */
-uint64_t lm_nleft(ig_lm *lm, const ig_range *rs, int64_t d);
+uint64_t ig_lm_nleft(ig_lm *lm, const ig_range *rs, int64_t d);
 /* Next distinct continuation token of rs at depth d (merged over shards), advancing cursor
    (S entries, set to the range starts first); its sub-ranges land in child (S entries). */
-int lm_next_follower(const ig_lm *lm, const ig_range *rs, int64_t d, int64_t *cursor,
+int ig_lm_next_follower(const ig_lm *lm, const ig_range *rs, int64_t d, int64_t *cursor,
                      ig_range *child, uint32_t *tok);
 /* Occurrences in rs (depth d) that continue; end-of-document ones only with eod. */
-uint64_t lm_cont_total(const ig_lm *lm, const ig_range *rs, int64_t d, int eod);
+uint64_t ig_lm_cont_total(const ig_lm *lm, const ig_range *rs, int64_t d, int eod);
 /* End of the continuing part of shard s's range r at depth d (the separator run sorts last). */
-int64_t lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod);
+int64_t ig_lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod);
 
 #endif

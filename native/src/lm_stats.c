@@ -23,7 +23,7 @@ static uint32_t next_gen(uint32_t *stamp, uint32_t *gen, uint32_t n) {
 
 /* The table starts small and doubles as it fills, up to the largest power of two >= entries:
    memory follows what a handle actually caches, not the cap it was given. */
-int lm_cache_init(ig_lm *lm, int64_t entries) {
+int ig_lm_cache_init(ig_lm *lm, int64_t entries) {
     int64_t max = 1024, first = 4096;
     while (max < entries) max <<= 1;
     if (first > max) first = max;
@@ -113,7 +113,7 @@ static int64_t run_end(const ig_shard *s, int w, int64_t i, int64_t hi, int64_t 
     return a;
 }
 
-int lm_next_follower(const ig_lm *lm, const ig_range *rs, int64_t d, int64_t *cursor,
+int ig_lm_next_follower(const ig_lm *lm, const ig_range *rs, int64_t d, int64_t *cursor,
                      ig_range *child, uint32_t *tok) {
     const ig_index *ix = lm->ix;
     int any = 0;
@@ -139,7 +139,7 @@ int lm_next_follower(const ig_lm *lm, const ig_range *rs, int64_t d, int64_t *cu
     return 1;
 }
 
-int64_t lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod) {
+int64_t ig_lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod) {
     if (eod || d == 0 || r.hi <= r.lo) return r.hi;
     const ig_shard *sh = &lm->ix->shards[s];
     if (tok_rank(sh, lm->w, r.hi - 1, d) != lm->sep) return r.hi;
@@ -151,10 +151,10 @@ int64_t lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod) {
     return a;
 }
 
-uint64_t lm_cont_total(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
+uint64_t ig_lm_cont_total(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
     uint64_t t = 0;
     for (int s = 0; s < lm->S; s++)
-        if (rs[s].hi > rs[s].lo) t += (uint64_t)(lm_cont_hi(lm, s, rs[s], d, eod) - rs[s].lo);
+        if (rs[s].hi > rs[s].lo) t += (uint64_t)(ig_lm_cont_hi(lm, s, rs[s], d, eod) - rs[s].lo);
     return t;
 }
 
@@ -180,7 +180,7 @@ static uint64_t scan_nleft(ig_lm *lm, const ig_range *rs) {
     return n;
 }
 
-uint64_t lm_nleft(ig_lm *lm, const ig_range *rs, int64_t d) {
+uint64_t ig_lm_nleft(ig_lm *lm, const ig_range *rs, int64_t d) {
     uint64_t tot = rows_total(lm, rs);
     if (tot <= 1) return tot;
     if (tot <= LM_TINY) return scan_nleft(lm, rs);
@@ -203,7 +203,7 @@ static void compute_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *st
     uint32_t gb = next_gen(lm->stamp_b, &lm->gen_b, lm->V + 1);
     for (int s = 0; s < lm->S; s++) lm->cursor[s] = rs[s].lo;
     uint32_t t;
-    while (lm_next_follower(lm, rs, d, lm->cursor, lm->child, &t)) {
+    while (ig_lm_next_follower(lm, rs, d, lm->cursor, lm->child, &t)) {
         uint32_t ga = next_gen(lm->stamp_a, &lm->gen_a, lm->V + 1);
         uint64_t raw = 0, nl = 0;
         for (int s = 0; s < lm->S; s++) {
@@ -243,7 +243,7 @@ static void compute_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *st
     }
 }
 
-void lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out) {
+void ig_lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out) {
     uint64_t tot = rows_total(lm, rs);
     if (tot == 1) { /* one occurrence: one continuation, or the end of its document */
         memset(out, 0, sizeof *out);

@@ -85,10 +85,10 @@ static int walk_into(const ig_index *ix, const ig_shard *s, ig_range r, int64_t 
     int64_t cap = r.hi - r.lo; /* every distinct token takes at least one rank */
     if (cap > (int64_t)ix->vocab_size + 1) cap = (int64_t)ix->vocab_size + 1;
     if (tc_reserve(dst, dst->n + cap)) return IG_ERR_NOMEM;
-    int64_t m = walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, cap);
+    int64_t m = ig_walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, cap);
     if (m > cap) { /* only a corrupt token array holds ids beyond the vocabulary */
         if (tc_reserve(dst, dst->n + m)) return IG_ERR_NOMEM;
-        m = walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, m);
+        m = ig_walk_range(s, w, r, d, dst->tok + dst->n, dst->cnt + dst->n, m);
     }
     dst->n += m;
     return 0;
@@ -156,7 +156,7 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
     ntd_job *j = ctx;
     const ig_index *ix = j->ix;
     ig_scratch rs;
-    if (scratch_init(&rs, ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&rs, ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     int rc = 0;
     tc_buf *store = &j->b->store[tid];
     for (int64_t i = begin; i < end && !rc; i++) {
@@ -166,14 +166,14 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
         }
         int64_t d;
         if (j->states) {
-            d = state_load(ix, j->states + i * ig_state_size(ix), rs.a, "states", NULL, 0);
+            d = ig_state_load(ix, j->states + i * ig_state_size(ix), rs.a, "states", NULL, 0);
         } else {
             const uint32_t *q = j->values + j->offsets[i];
             int64_t len = j->offsets[i + 1] - j->offsets[i];
             if (j->mode == IG_NTD_INFGRAM) {
-                d = longest_suffix(ix, q, len, len, rs.a, rs.b);
+                d = ig_longest_suffix(ix, q, len, len, rs.a, rs.b);
             } else {
-                find_all(ix, q, len, rs.a);
+                ig_find_all(ix, q, len, rs.a);
                 d = len;
             }
         }
@@ -192,7 +192,7 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
         if (!rc && j->max_entries && __atomic_add_fetch(&j->seen, row->n, __ATOMIC_RELAXED) > j->max_entries)
             rc = IG_ERR_LIMIT;
     }
-    scratch_free(&rs);
+    ig_scratch_free(&rs);
     return rc;
 }
 
@@ -259,7 +259,7 @@ int ig_ntd_batch_run_capped(const ig_index *ix, const uint32_t *values, int64_t 
     *out = NULL;
     if (mode != IG_NTD_NGRAM && mode != IG_NTD_INFGRAM) return ig_fail(err, errlen, IG_ERR_ARG, "mode must be IG_NTD_NGRAM or IG_NTD_INFGRAM, not %d", mode);
     if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
-    int rc = check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
+    int rc = ig_check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
     if (rc) return rc;
     if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
     ntd_job j = {ix, values, offsets, NULL, mode, max_support, NULL, NULL, max_entries, 0};
@@ -279,16 +279,16 @@ int ig_ntd_batch_states_capped(const ig_index *ix, const int64_t *states, int64_
     if (n < 0 || (n > 0 && !states)) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL or negative count");
     if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
     ig_scratch rs;
-    int rc = scratch_init(&rs, ix->n_shards, err, errlen);
+    int rc = ig_scratch_init(&rs, ix->n_shards, err, errlen);
     if (rc) return rc;
     int64_t size = ig_state_size(ix);
     for (int64_t i = 0; i < n && !rc; i++) {
         char name[64];
         snprintf(name, sizeof name, "states[%lld]", (long long)i);
-        int64_t d = state_load(ix, states + i * size, rs.a, name, err, errlen);
+        int64_t d = ig_state_load(ix, states + i * size, rs.a, name, err, errlen);
         if (d < 0) rc = (int)d;
     }
-    scratch_free(&rs);
+    ig_scratch_free(&rs);
     if (rc) return rc;
     if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
     ntd_job j = {ix, NULL, NULL, states, IG_NTD_INFGRAM, max_support, NULL, NULL, max_entries, 0};

@@ -6,13 +6,13 @@
 
 /* Check a ragged batch: offsets within [0, n_values] and non-decreasing, ids valid. `what`
    names the queries in messages ("prompts[3]: id ..."). */
-int check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+int ig_check_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                 int64_t n, const char *what, char *err, size_t errlen);
 
 /* Load a decoding state into per-shard ranges (checked: lengths and ranges in bounds, count
    consistent); returns its suffix length, or a negative error code. */
-int64_t state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
+int64_t ig_state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
                    size_t errlen);
-void state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state);
+void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state);
 
 #endif

@@ -17,7 +17,8 @@
 
 #include "ntd_cache.h"
 
-int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct) {
+/* Estimated probes of a walk over a range of n ranks holding distinct next tokens. */
+static int64_t ntc_walk_cost(int64_t n, int64_t distinct) {
     if (distinct <= 0 || n <= 0) return 0;
     /* a gallop plus a bisection per run: about 2 log2(run length + 1) probes each */
     double per_run = 2.0 * log2((double)n / (double)distinct + 1.0) + 1.0;
@@ -72,7 +73,7 @@ static int runs_push(runs *r, uint32_t t) {
 static int flush_block(emitted *e, const runs *r, int64_t d, int64_t lo, int64_t hi, int64_t min_cost) {
     /* quick reject without log2: a walk costs at most 3 probes per rank (one rank per run) */
     if (hi - lo < IG_NTC_MIN_COUNT(min_cost) && 3 * (hi - lo) < min_cost) return 0;
-    if (hi <= lo || (ig_ntc_walk_cost(hi - lo, r->n) < min_cost && hi - lo < IG_NTC_MIN_COUNT(min_cost))) return 0;
+    if (hi <= lo || (ntc_walk_cost(hi - lo, r->n) < min_cost && hi - lo < IG_NTC_MIN_COUNT(min_cost))) return 0;
     if (grow_to((void **)&e->rec, &e->rec_cap, 4 * (e->n_rec + 1), sizeof *e->rec)) return -1;
     if (grow_to((void **)&e->ent, &e->ent_cap, 2 * (e->n_ent + r->n), sizeof *e->ent)) return -1;
     int64_t *rec = e->rec + 4 * e->n_rec++;

@@ -29,9 +29,6 @@
 /* ... and every context occurring at least this often (see the header's aux2). */
 #define IG_NTC_MIN_COUNT(min_cost) (2 * (min_cost))
 
-/* Estimated probes of a walk over a range of n ranks holding distinct next tokens. */
-int64_t ig_ntc_walk_cost(int64_t n, int64_t distinct);
-
 /* Write dir/ntdcache.bin for a shard being finished: `view` holds its tokens (total_len set),
    sa its first n_tok suffix-array ranks. min_cost <= 0 writes nothing. */
 int ig_ntc_write(const ig_shard *view, int width, const int32_t *sa, int64_t n_tok, int64_t min_cost,

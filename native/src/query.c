@@ -12,7 +12,7 @@
 
 /* ---------------------------------------------------------------- argument checks */
 
-int check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what,
+int ig_check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what,
                      char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (len < 0) return ig_fail(err, errlen, IG_ERR_ARG, "%s: negative length %lld", what, (long long)len);
@@ -78,7 +78,7 @@ static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, 
 /* Sub-range of [r.lo, r.hi) whose suffixes continue with the single token t at depth d. One
    bisection until a rank holding t is hit, then the two bounds are searched on either side of it
    (an "equal range" search: about half the probes of two independent bisections). */
-ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
+ig_range ig_narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
     ig_range out; /* a frequent short context: search its precomputed next tokens instead */
     if (s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, t, &out))
         return out;
@@ -112,16 +112,16 @@ static ig_range verify_range(const ig_shard *s, int w, ig_range r, int64_t d, co
 /* Sub-range of r whose suffixes continue with q[0..m) at depth d: narrowed one token at a time
    (each step bisects only what the previous one left), then verified against the text once the
    range is short, so a long query costs a few bisections plus one sequential read. */
-ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
+ig_range ig_narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m) {
     for (int64_t k = 0; k < m; k++) {
         if (r.hi - r.lo <= IG_SCAN_MAX) return verify_range(s, w, r, d + k, q + k, m - k);
-        r = narrow1(s, w, r, d + k, q[k]);
+        r = ig_narrow1(s, w, r, d + k, q[k]);
         if (r.hi <= r.lo) break;
     }
     return r;
 }
 
-ig_range first_token_range(const ig_shard *s, int w, uint32_t t) {
+ig_range ig_first_token_range(const ig_shard *s, int w, uint32_t t) {
     if (s->uni_start) return (ig_range){s->uni_start[t], s->uni_start[t + 1]};
     if (s->uni_rank) { /* the unigram entry of t, by binary search (tokens strictly increase) */
         int64_t a = 0, b = s->n_uni;
@@ -132,27 +132,27 @@ ig_range first_token_range(const ig_shard *s, int w, uint32_t t) {
         int64_t hi = a < s->n_uni && s->uni[2 * a] == t ? s->uni_rank[a + 1] : s->uni_rank[a];
         return (ig_range){s->uni_rank[a], hi};
     }
-    return narrow1(s, w, (ig_range){0, s->num_tokens}, 0, t);
+    return ig_narrow1(s, w, (ig_range){0, s->num_tokens}, 0, t);
 }
 
-ig_range find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len) {
+ig_range ig_find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len) {
     if (len == 0) return (ig_range){0, s->num_tokens};
-    ig_range r = first_token_range(s, w, q[0]);
-    if (len > 1 && r.hi > r.lo) r = narrow(s, w, r, 1, q + 1, len - 1);
+    ig_range r = ig_first_token_range(s, w, q[0]);
+    if (len > 1 && r.hi > r.lo) r = ig_narrow(s, w, r, 1, q + 1, len - 1);
     return r;
 }
 
 /* Ranges of q in every shard; returns the total count. */
-uint64_t find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out) {
+uint64_t ig_find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out) {
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
-        out[i] = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        out[i] = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
         c += (uint64_t)(out[i].hi - out[i].lo);
     }
     return c;
 }
 
-int scratch_init(ig_scratch *sc, int n, char *err, size_t errlen) {
+int ig_scratch_init(ig_scratch *sc, int n, char *err, size_t errlen) {
     sc->heap = NULL;
     ig_range *base = sc->stack;
     if (n > IG_STACK_SHARDS) {
@@ -165,16 +165,16 @@ int scratch_init(ig_scratch *sc, int n, char *err, size_t errlen) {
     sc->c = base + 2 * n;
     return IG_OK;
 }
-void scratch_free(ig_scratch *sc) { free(sc->heap); }
+void ig_scratch_free(ig_scratch *sc) { free(sc->heap); }
 
 /* ---------------------------------------------------------------- counting */
 
 int ig_find(const ig_index *ix, const uint32_t *q, int64_t len, int64_t *lo, int64_t *hi,
             char *err, size_t errlen) {
-    int rc = check_ids(ix, q, len, "find", err, errlen);
+    int rc = ig_check_ids(ix, q, len, "find", err, errlen);
     if (rc) return rc;
     for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
         lo[i] = r.lo;
         hi[i] = r.hi;
     }
@@ -183,11 +183,11 @@ int ig_find(const ig_index *ix, const uint32_t *q, int64_t len, int64_t *lo, int
 
 int ig_count(const ig_index *ix, const uint32_t *q, int64_t len, uint64_t *count, char *err,
              size_t errlen) {
-    int rc = check_ids(ix, q, len, "count", err, errlen);
+    int rc = ig_check_ids(ix, q, len, "count", err, errlen);
     if (rc) return rc;
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = find_in_shard(&ix->shards[i], ix->token_width, q, len);
+        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
         c += (uint64_t)(r.hi - r.lo);
     }
     *count = c;
@@ -197,7 +197,7 @@ int ig_count(const ig_index *ix, const uint32_t *q, int64_t len, uint64_t *count
 /* ---------------------------------------------------------------- next-token distributions */
 
 /* Distinct tokens at depth d over one shard's range, with counts, by galloping over runs. */
-int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
+int64_t ig_walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
                           uint64_t *cnts, int64_t cap) {
     int64_t n = 0, i = r.lo;
     if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) { /* the unigram is stored */
@@ -254,11 +254,11 @@ static int64_t merge_lists(const uint32_t *t1, const uint64_t *c1, int64_t n1, c
 }
 
 /* Distribution at depth d over per-shard ranges, summed over shards. */
-int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks,
+int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks,
                       uint64_t *cnts, int64_t cap, int64_t *n_out, char *err, size_t errlen) {
     int w = ix->token_width;
     if (ix->n_shards == 1) {
-        int64_t n = walk_range(&ix->shards[0], w, rs[0], d, toks, cnts, cap);
+        int64_t n = ig_walk_range(&ix->shards[0], w, rs[0], d, toks, cnts, cap);
         *n_out = n;
         return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
     }
@@ -280,7 +280,7 @@ int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks
     if (!st || !sc || !mt || !mc || !tt || !tc) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     for (int i = 0; i < ix->n_shards && !rc; i++) {
         if (rs[i].hi <= rs[i].lo) continue;
-        int64_t m = walk_range(&ix->shards[i], w, rs[i], d, st, sc, full);
+        int64_t m = ig_walk_range(&ix->shards[i], w, rs[i], d, st, sc, full);
         if (m <= full) n = merge_lists(mt, mc, n, st, sc, m, tt, tc);
         if (m > full || n > full) {
             rc = ig_fail(err, errlen, IG_ERR_FORMAT, "shard %d: suffix array or tokens are corrupt", i);
@@ -301,13 +301,13 @@ int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks
 
 int ig_ntd(const ig_index *ix, const uint32_t *q, int64_t len, uint32_t *tokens, uint64_t *counts,
            int64_t cap, int64_t *n_out, uint64_t *total, char *err, size_t errlen) {
-    int rc = check_ids(ix, q, len, "ntd", err, errlen);
+    int rc = ig_check_ids(ix, q, len, "ntd", err, errlen);
     if (rc) return rc;
     ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    *total = find_all(ix, q, len, sc.a);
-    rc = ntd_ranges(ix, sc.a, len, tokens, counts, cap, n_out, err, errlen);
-    scratch_free(&sc);
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    *total = ig_find_all(ix, q, len, sc.a);
+    rc = ig_ntd_ranges(ix, sc.a, len, tokens, counts, cap, n_out, err, errlen);
+    ig_scratch_free(&sc);
     return rc;
 }
 
@@ -343,15 +343,15 @@ static int64_t left_extension(const ig_index *ix, const ig_range *rs, const uint
    (`tmp` is scratch). Lengths double while the count stays large, then bisect between the
    longest length known to occur and the shortest known not to; as soon as the known suffix has
    few occurrences, their left contexts in the text give the answer at once. */
-int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len,
+int64_t ig_longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len,
                        ig_range *best, ig_range *tmp) {
     size_t sz = (size_t)ix->n_shards * sizeof *best;
     if (max_len > len) max_len = len;
     if (max_len < 0) max_len = 0;
-    uint64_t cnt = find_all(ix, p + len, 0, best);
+    uint64_t cnt = ig_find_all(ix, p + len, 0, best);
     int64_t good = 0, bad = max_len + 1; /* good occurs (ranges in best); bad does not, or is too long */
     for (int64_t l = 1; l < bad && !(good && cnt <= IG_ENUM_MAX);) {
-        uint64_t c = find_all(ix, p + len - l, l, tmp);
+        uint64_t c = ig_find_all(ix, p + len - l, l, tmp);
         if (!c) { bad = l; break; }
         good = l;
         cnt = c;
@@ -364,12 +364,12 @@ int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64
             int64_t ext = left_extension(ix, best, p, len - good, bad - 1 - good);
             if (ext) {
                 good += ext;
-                find_all(ix, p + len - good, good, best);
+                ig_find_all(ix, p + len - good, good, best);
             }
             return good;
         }
         int64_t mid = good + (bad - good) / 2;
-        uint64_t c = find_all(ix, p + len - mid, mid, tmp);
+        uint64_t c = ig_find_all(ix, p + len - mid, mid, tmp);
         if (c) {
             good = mid;
             cnt = c;
@@ -383,17 +383,17 @@ int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64
 
 int ig_infgram_suffix(const ig_index *ix, const uint32_t *prompt, int64_t len, int64_t *suffix_len,
                       char *err, size_t errlen) {
-    int rc = check_ids(ix, prompt, len, "infgram", err, errlen);
+    int rc = ig_check_ids(ix, prompt, len, "infgram", err, errlen);
     if (rc) return rc;
     ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    *suffix_len = longest_suffix(ix, prompt, len, len, sc.a, sc.b);
-    scratch_free(&sc);
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    *suffix_len = ig_longest_suffix(ix, prompt, len, len, sc.a, sc.b);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
 /* Sparse iff every occurrence of the context continues with one and the same token. */
-int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
+int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
     int have = 0;
     uint32_t t0 = 0;
     for (int i = 0; i < ix->n_shards; i++) {
@@ -409,34 +409,34 @@ int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
 }
 
 /* count(context + token) and count(context) given the context's ranges at depth d. */
-void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token,
+void ig_prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token,
                              ig_range *next, ig_prob *out) {
     uint64_t num = 0, den = 0;
     for (int i = 0; i < ix->n_shards; i++) {
         den += (uint64_t)(rs[i].hi - rs[i].lo);
         const ig_shard *s = &ix->shards[i];
-        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = first_token_range(s, ix->token_width, token);
-        else next[i] = rs[i].hi > rs[i].lo ? narrow1(s, ix->token_width, rs[i], d, token) : rs[i];
+        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, token);
+        else next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(s, ix->token_width, rs[i], d, token) : rs[i];
         num += (uint64_t)(next[i].hi - next[i].lo);
     }
     out->count = num;
     out->prompt_count = den;
     out->suffix_len = d;
-    out->sparse = is_sparse(ix, rs, d);
+    out->sparse = ig_is_sparse(ix, rs, d);
 }
 
 static int prob_common(const ig_index *ix, const uint32_t *prompt, int64_t len, uint32_t token,
                        ig_prob *out, int infinite, char *err, size_t errlen) {
-    int rc = check_ids(ix, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
-    if (!rc) rc = check_ids(ix, &token, 1, "token", err, errlen);
+    int rc = ig_check_ids(ix, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
+    if (!rc) rc = ig_check_ids(ix, &token, 1, "token", err, errlen);
     if (rc) return rc;
     ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
     int64_t d = len;
-    if (infinite) d = longest_suffix(ix, prompt, len, len, sc.a, sc.b);
-    else find_all(ix, prompt, len, sc.a);
-    prob_from_ranges(ix, sc.a, d, token, sc.c, out);
-    scratch_free(&sc);
+    if (infinite) d = ig_longest_suffix(ix, prompt, len, len, sc.a, sc.b);
+    else ig_find_all(ix, prompt, len, sc.a);
+    ig_prob_from_ranges(ix, sc.a, d, token, sc.c, out);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -457,19 +457,19 @@ int ig_ngram_prob(const ig_index *ix, const uint32_t *prompt, int64_t len, uint3
    token: one narrowing while the match grows, a back-off (backoff.h: linear in the query
    whatever the corpus) when it does not. Scoring a sequence in pieces gives exactly the same
    numbers. Stops with IG_ERR_CANCELLED once *cancel is set (checked every IG_CANCEL_EVERY tokens). */
-int score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
+int ig_score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
                uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc, const int *cancel) {
     ig_range *cur = sc->a, *next = sc->b, *tmp = sc->c;
     ig_lce_memo *memo = NULL;
     int rc = IG_OK;
-    int64_t l = longest_suffix(ix, ids, begin, begin, cur, tmp);
+    int64_t l = ig_longest_suffix(ix, ids, begin, begin, cur, tmp);
     for (int64_t i = begin; i < end; i++) {
         if ((i - begin) % IG_CANCEL_EVERY == IG_CANCEL_EVERY - 1 && ig_cancelled(cancel)) {
             rc = IG_ERR_CANCELLED;
             break;
         }
         ig_prob p;
-        prob_from_ranges(ix, cur, l, ids[i], next, &p);
+        ig_prob_from_ranges(ix, cur, l, ids[i], next, &p);
         num[i] = p.count;
         den[i] = p.prompt_count;
         suffix_len[i] = l;
@@ -487,11 +487,11 @@ int score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t e
 
 int ig_score(const ig_index *ix, const uint32_t *ids, int64_t n, uint64_t *num, uint64_t *den,
              int64_t *suffix_len, uint8_t *sparse, char *err, size_t errlen) {
-    int rc = check_ids(ix, ids, n, "score", err, errlen);
+    int rc = ig_check_ids(ix, ids, n, "score", err, errlen);
     if (rc) return rc;
     ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    score_span(ix, ids, 0, n, num, den, suffix_len, sparse, &sc, NULL);
-    scratch_free(&sc);
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    ig_score_span(ix, ids, 0, n, num, den, suffix_len, sparse, &sc, NULL);
+    ig_scratch_free(&sc);
     return IG_OK;
 }

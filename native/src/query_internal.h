@@ -17,11 +17,11 @@ typedef struct {
     ig_range *heap;
 } ig_scratch;
 
-int scratch_init(ig_scratch *sc, int n, char *err, size_t errlen);
-void scratch_free(ig_scratch *sc);
+int ig_scratch_init(ig_scratch *sc, int n, char *err, size_t errlen);
+void ig_scratch_free(ig_scratch *sc);
 
 /* ValueError-style check of query ids (`what` names the argument in the message). */
-int check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what, char *err, size_t errlen);
+int ig_check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char *what, char *err, size_t errlen);
 
 /* Token at depth d of the suffix ranked r. */
 static inline uint32_t tok_rank(const ig_shard *s, int w, int64_t r, int64_t d) {
@@ -29,30 +29,30 @@ static inline uint32_t tok_rank(const ig_shard *s, int w, int64_t r, int64_t d) 
 }
 
 /* Sub-range of r (all sharing a prefix of length d) continuing with t / with q[0..m). */
-ig_range narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t);
-ig_range narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m);
-ig_range first_token_range(const ig_shard *s, int w, uint32_t t);
-ig_range find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len);
+ig_range ig_narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t);
+ig_range ig_narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m);
+ig_range ig_first_token_range(const ig_shard *s, int w, uint32_t t);
+ig_range ig_find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len);
 /* Ranges of q in every shard (out has n_shards entries); returns the total count. */
-uint64_t find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out);
+uint64_t ig_find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out);
 
 /* Distinct next tokens at depth d over a range, with counts (returns how many; writes <= cap). */
-int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks, uint64_t *cnts, int64_t cap);
+int64_t ig_walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks, uint64_t *cnts, int64_t cap);
 /* The same summed over shards. */
-int ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks, uint64_t *cnts,
+int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks, uint64_t *cnts,
                int64_t cap, int64_t *n_out, char *err, size_t errlen);
 
 /* Longest suffix (<= max_len) of p[0..len) with a non-zero count; its ranges land in best. */
-int64_t longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len, ig_range *best,
+int64_t ig_longest_suffix(const ig_index *ix, const uint32_t *p, int64_t len, int64_t max_len, ig_range *best,
                        ig_range *tmp);
-int is_sparse(const ig_index *ix, const ig_range *rs, int64_t d);
+int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d);
 /* count(context + token) / count(context) from the context's ranges at depth d. */
-void prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token, ig_range *next,
+void ig_prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token, ig_range *next,
                       ig_prob *out);
 /* Dense scoring of ids[begin..end) given ids[0..begin) (outputs indexed like ids; sparse may be
    NULL); sc holds three range arrays of n_shards. IG_OK, or IG_ERR_CANCELLED once *cancel (may
    be NULL) is set by another thread. */
-int score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
+int ig_score_span(const ig_index *ix, const uint32_t *ids, int64_t begin, int64_t end, uint64_t *num,
                uint64_t *den, int64_t *suffix_len, uint8_t *sparse, ig_scratch *sc, const int *cancel);
 
 #endif

@@ -257,7 +257,7 @@ static int check_cnf(const ig_index *ix, const uint32_t *ids, const int64_t *ter
         if (term_off[k] < 0 || term_off[k + 1] <= term_off[k]) /* (compared before subtracting) */
             return ig_fail(err, errlen, IG_ERR_ARG, "query: n-gram %lld is empty", (long long)k);
         int64_t len = term_off[k + 1] - term_off[k];
-        int rc = check_ids(ix, ids + term_off[k], len, "query n-gram", err, errlen);
+        int rc = ig_check_ids(ix, ids + term_off[k], len, "query n-gram", err, errlen);
         if (rc) return rc;
     }
     if (!clause_off) return IG_OK; /* spans: a plain list of terms */
@@ -424,7 +424,7 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
     for (int64_t c = 0; c < n_clauses; c++) {
         for (int64_t t = clause_off[c]; t < clause_off[c + 1]; t++)
             for (int sh = 0; sh < S; sh++) {
-                ig_range r = find_in_shard(&ix->shards[sh], w, ids + term_off[t], term_off[t + 1] - term_off[t]);
+                ig_range r = ig_find_in_shard(&ix->shards[sh], w, ids + term_off[t], term_off[t + 1] - term_off[t]);
                 rng[t * S + sh] = r;
                 cl[c].count += (uint64_t)(r.hi - r.lo);
             }

@@ -9,7 +9,7 @@
 
 int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
 
-int64_t state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
+int64_t ig_state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
                    size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "%s: NULL state", what);
@@ -29,7 +29,7 @@ int64_t state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const
     return state[0];
 }
 
-void state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state) {
+void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state) {
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) {
         state[2 + 2 * i] = rs[i].lo;
@@ -41,14 +41,14 @@ void state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int
 }
 
 int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err, size_t errlen) {
-    int rc = check_ids(ix, ctx, len, "context", err, errlen);
+    int rc = ig_check_ids(ix, ctx, len, "context", err, errlen);
     if (rc) return rc;
     if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL output");
     ig_scratch sc;
-    if ((rc = scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-    int64_t l = longest_suffix(ix, ctx, len, len, sc.a, sc.b);
-    state_store(ix, l, sc.a, state);
-    scratch_free(&sc);
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    int64_t l = ig_longest_suffix(ix, ctx, len, len, sc.a, sc.b);
+    ig_state_store(ix, l, sc.a, state);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -62,16 +62,16 @@ static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t
     for (int i = 0; i < ix->n_shards; i++) {
         const ig_shard *s = &ix->shards[i];
         ig_range r = sc->a[i];
-        if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) sc->b[i] = first_token_range(s, ix->token_width, t);
-        else sc->b[i] = r.hi > r.lo ? narrow1(s, ix->token_width, r, l, t) : r;
+        if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) sc->b[i] = ig_first_token_range(s, ix->token_width, t);
+        else sc->b[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, t) : r;
         c += (uint64_t)(sc->b[i].hi - sc->b[i].lo);
     }
     if (c > 0) {
-        state_store(ix, l + 1, sc->b, out);
+        ig_state_store(ix, l + 1, sc->b, out);
         return;
     }
     int64_t k = ig_backoff(ix, ctx, len, l, sc->a, sc->c, memo);
-    state_store(ix, k, sc->a, out);
+    ig_state_store(ix, k, sc->a, out);
 }
 
 static int check_extend(const ig_index *ix, int64_t l, const uint32_t *ctx, int64_t len, const char *what, char *err,
@@ -80,7 +80,7 @@ static int check_extend(const ig_index *ix, int64_t l, const uint32_t *ctx, int6
         return ig_fail(err, errlen, IG_ERR_ARG,
                        "%s: the context given has %lld tokens; extending a state of suffix_len %lld needs at least %lld "
                        "(its matched suffix and the new token)", what, (long long)len, (long long)l, (long long)(l + 1));
-    return check_ids(ix, ctx + len - (l + 1), l + 1, what, err, errlen);
+    return ig_check_ids(ix, ctx + len - (l + 1), l + 1, what, err, errlen);
 }
 
 int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t *out,
@@ -88,28 +88,28 @@ int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ct
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix->n_shards, err, errlen);
+    int rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) rc = (int)l;
     else rc = check_extend(ix, l, ctx, len, "context", err, errlen);
     ig_lce_memo *memo = NULL;
     if (!rc) extend(ix, &sc, l, ctx, len, out, &memo);
     ig_lce_memo_free(memo);
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return rc;
 }
 
 int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out, char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
+    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
     if (rc) return rc;
-    int64_t l = state_load(ix, state, sc.a, "state", err, errlen);
+    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
     if (l < 0) rc = (int)l;
-    else rc = check_ids(ix, &token, 1, "token", err, errlen);
-    if (!rc) prob_from_ranges(ix, sc.a, l, token, sc.b, out);
-    scratch_free(&sc);
+    else rc = ig_check_ids(ix, &token, 1, "token", err, errlen);
+    if (!rc) ig_prob_from_ranges(ix, sc.a, l, token, sc.b, out);
+    ig_scratch_free(&sc);
     return rc;
 }
 
@@ -131,14 +131,14 @@ static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
     (void)tid;
     int64_t size = ig_state_size(j->ix);
     ig_scratch sc;
-    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     ig_lce_memo *memo = NULL;
     for (int64_t i = begin; i < end; i++) {
-        int64_t l = state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
+        int64_t l = ig_state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
         extend(j->ix, &sc, l, j->values + j->offsets[i], j->offsets[i + 1] - j->offsets[i], j->out + i * size, &memo);
     }
     ig_lce_memo_free(memo);
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return 0;
 }
 
@@ -147,17 +147,17 @@ static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
     (void)tid;
     int64_t size = ig_state_size(j->ix);
     ig_scratch sc;
-    if (scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     for (int64_t i = begin; i < end; i++) {
-        int64_t l = state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
+        int64_t l = ig_state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
         ig_prob p;
-        prob_from_ranges(j->ix, sc.a, l, j->tokens[i], sc.b, &p);
+        ig_prob_from_ranges(j->ix, sc.a, l, j->tokens[i], sc.b, &p);
         j->count[i] = p.count;
         j->prompt_count[i] = p.prompt_count;
         j->suffix_len[i] = p.suffix_len;
         if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
     }
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return 0;
 }
 
@@ -167,25 +167,25 @@ static int check_states(const ig_index *ix, const int64_t *states, int64_t n, co
                         const int64_t *offsets, char *err, size_t errlen) {
     if (n > 0 && !states) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL");
     ig_scratch sc;
-    int rc = scratch_init(&sc, ix->n_shards, err, errlen);
+    int rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
     int64_t size = ig_state_size(ix);
     for (int64_t i = 0; i < n && !rc; i++) {
         char name[64];
         snprintf(name, sizeof name, "states[%lld]", (long long)i);
-        int64_t l = state_load(ix, states + i * size, sc.a, name, err, errlen);
+        int64_t l = ig_state_load(ix, states + i * size, sc.a, name, err, errlen);
         if (l < 0) rc = (int)l;
         else if (values) {
             snprintf(name, sizeof name, "contexts[%lld]", (long long)i);
             rc = check_extend(ix, l, values + offsets[i], offsets[i + 1] - offsets[i], name, err, errlen);
         }
     }
-    scratch_free(&sc);
+    ig_scratch_free(&sc);
     return rc;
 }
 
 int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint32_t *values, int64_t n_values,
                           const int64_t *offsets, int64_t n, int64_t *out, int n_threads, char *err, size_t errlen) {
-    int rc = check_batch(ix, values, n_values, offsets, n, "contexts", err, errlen);
+    int rc = ig_check_batch(ix, values, n_values, offsets, n, "contexts", err, errlen);
     if (rc || n == 0) return rc;
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if ((rc = check_states(ix, states, n, values, offsets, err, errlen))) return rc;
@@ -201,7 +201,7 @@ int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, co
     if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative number of states");
     if (n == 0) return IG_OK;
     if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
-    int rc = check_ids(ix, tokens, n, "tokens", err, errlen);
+    int rc = ig_check_ids(ix, tokens, n, "tokens", err, errlen);
     if (!rc) rc = check_states(ix, states, n, NULL, NULL, err, errlen);
     if (rc) return rc;
     state_job j = {ix, states, NULL, tokens, NULL, NULL, count, prompt_count, suffix_len, sparse};
