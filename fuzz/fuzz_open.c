@@ -77,7 +77,7 @@ static void query_all(ig_index *ix, const uint8_t *data, size_t size) {
     ig_score_batch(ix, values, 24, offsets, 6, num, den, sl, sp, 2, NULL, err, sizeof err);
     for (int64_t support = 0; support <= 3; support += 3) {
         ig_ntd_batch *b = NULL;
-        if (ig_ntd_batch_run(ix, values, 24, offsets, 6, IG_NTD_INFGRAM, support, 2, &b, err, sizeof err) == IG_OK) {
+        if (ig_ntd_batch_run(ix, values, 24, offsets, 6, IG_NTD_INFGRAM, support, 0, 2, &b, err, sizeof err) == IG_OK) {
             int64_t e = ig_ntd_batch_entries(b), ro[7];
             uint32_t *t = malloc((size_t)(e ? e : 1) * sizeof *t);
             uint64_t *c = malloc((size_t)(e ? e : 1) * sizeof *c);

@@ -285,7 +285,7 @@ static void op_batch(const fixture *f, fz_in *in) {
     int64_t max_support = fz_u8(in) > 200 ? fz_len(in, 8) : 0;
     int mode = fz_u8(in) > 250 ? (int)fz_u32(in) : (int)(fz_u8(in) & 1);
     ig_ntd_batch *nb = NULL;
-    rc = ig_ntd_batch_run(f->ix, b.values, b.n_values, b.offsets, b.n, mode, max_support, threads, &nb, err,
+    rc = ig_ntd_batch_run(f->ix, b.values, b.n_values, b.offsets, b.n, mode, max_support, 0, threads, &nb, err,
                           sizeof err);
     int args_ok = ok && max_support >= 0 && (mode == IG_NTD_NGRAM || mode == IG_NTD_INFGRAM);
     FZ_CHECK(args_ok ? rc == IG_OK : rc == IG_ERR_ARG, "ntd_batch_run rc %d", rc);
@@ -332,18 +332,26 @@ static void op_batch(const fixture *f, fz_in *in) {
         free(ct);
         ig_ntd_batch_free(nb);
     }
-    /* the one-call form, with a capacity that may be short */
+    /* a run capped at max_entries = cap (0: no cap), copied out with that capacity */
     int64_t cap = fz_len(in, 64);
     if (cap < 0 || cap > 100000) cap = 0;
-    int64_t ro[17], needed = -1, rsl[16];
+    int64_t ro[17], rsl[16];
     uint64_t tot[16];
     uint32_t *tk = malloc((size_t)(cap ? cap : 1) * sizeof *tk);
     uint64_t *ct = malloc((size_t)(cap ? cap : 1) * sizeof *ct);
-    rc = ig_infgram_ntd_batch(f->ix, b.values, b.n_values, b.offsets, b.n, max_support, threads, ro, tk, ct, cap,
-                              &needed, rsl, tot, NULL, NULL, err, sizeof err);
-    FZ_CHECK(ok && max_support >= 0 ? (rc == IG_OK || rc == IG_ERR_CAPACITY) : rc == IG_ERR_ARG,
-             "infgram_ntd_batch rc %d", rc);
-    if (rc == IG_ERR_CAPACITY) FZ_CHECK(needed > cap, "needed");
+    nb = NULL;
+    rc = ig_ntd_batch_run(f->ix, b.values, b.n_values, b.offsets, b.n, IG_NTD_INFGRAM, max_support, cap, threads, &nb,
+                          err, sizeof err);
+    FZ_CHECK(ok && max_support >= 0 ? (rc == IG_OK || (rc == IG_ERR_LIMIT && cap > 0)) : rc == IG_ERR_ARG,
+             "capped ntd_batch_run rc %d", rc);
+    FZ_CHECK(rc == IG_OK || !nb, "a failed run holds no batch");
+    if (rc == IG_OK) {
+        int64_t e = ig_ntd_batch_entries(nb);
+        FZ_CHECK(cap == 0 || e <= cap, "capped run holds %lld entries, cap %lld", (long long)e, (long long)cap);
+        rc = ig_ntd_batch_copy(nb, ro, tk, ct, cap, rsl, tot, NULL, NULL, err, sizeof err);
+        FZ_CHECK(e <= cap ? rc == IG_OK : rc == IG_ERR_CAPACITY, "copy rc %d", rc);
+        ig_ntd_batch_free(nb);
+    }
     free(tk);
     free(ct);
 }
@@ -420,7 +428,7 @@ static void op_state(const fixture *f, fz_in *in) {
     for (int64_t i = 0; i < ns; i++) tokens[i] = fz_tok(in, f->c.vocab);
     ig_state_prob_batch(f->ix, states, ns, tokens, cnt, pc, sl, NULL, threads, err, sizeof err);
     ig_ntd_batch *nb = NULL;
-    rc = ig_ntd_batch_states(f->ix, states, ns, fz_u8(in) > 200 ? fz_len(in, 8) : 0, threads, &nb, err, sizeof err);
+    rc = ig_ntd_batch_states(f->ix, states, ns, fz_u8(in) > 200 ? fz_len(in, 8) : 0, 0, threads, &nb, err, sizeof err);
     if (rc == IG_OK) {
         int64_t e = ig_ntd_batch_entries(nb);
         int64_t *ro = malloc((size_t)(ns + 1) * sizeof *ro);

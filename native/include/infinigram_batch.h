@@ -53,32 +53,27 @@ int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
                    int64_t *suffix_len, uint8_t *sparse, int n_threads, const int *cancel,
                    char *err, size_t errlen);
 
-/* Next-token distributions of a batch, computed and held in C until copied out: run, then
-   size the outputs from ig_ntd_batch_entries, copy, free. Nothing is ever computed twice and
-   no buffer can overflow.
+/* Next-token distributions of a batch, computed and held in C until copied out: run (from
+   queries, or from decoding states), then size the outputs from ig_ntd_batch_entries, copy, free.
+   Nothing is ever computed twice and no buffer can overflow. These are the core's two doors to
+   next-token distributions of many contexts (ig_ntd is the exact single-context call over
+   caller buffers).
    mode: IG_NTD_INFGRAM (longest occurring suffix of each query), IG_NTD_NGRAM (the whole query).
    max_support: 0 = exact. Otherwise a context with more than max_support occurrences that is
    not precomputed is sampled at a fixed stride (counts are estimates that still add up to the
-   total) and its row is flagged approximate. */
+   total) and its row is flagged approximate.
+   max_entries: a cap on the batch's size (0 = none). A row holds up to vocab_size + 1 entries,
+   so a batch of short contexts can ask for rows x vocabulary of them; once the rows computed
+   hold more than max_entries entries in all, the run stops with IG_ERR_LIMIT. */
 typedef struct ig_ntd_batch ig_ntd_batch;
 #define IG_NTD_NGRAM 0
 #define IG_NTD_INFGRAM 1
-int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values,
-                     const int64_t *offsets, int64_t n, int mode, int64_t max_support,
-                     int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
-/* The same for n decoding states (n * ig_state_size(ix) values). */
+int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
+                     int64_t n, int mode, int64_t max_support, int64_t max_entries, int n_threads,
+                     ig_ntd_batch **out, char *err, size_t errlen);
+/* The same (∞-gram) for n decoding states (n * ig_state_size(ix) values). */
 int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
-                        int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
-/* The same two with a cap on the batch's size: a row holds up to vocab_size + 1 entries, so a
-   batch of short contexts can ask for rows x vocabulary of them. Once the rows computed hold more
-   than max_entries entries in all, the run stops with IG_ERR_LIMIT (0 = no cap). */
-int ig_ntd_batch_run_capped(const ig_index *ix, const uint32_t *values, int64_t n_values,
-                            const int64_t *offsets, int64_t n, int mode, int64_t max_support,
-                            int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
-                            size_t errlen);
-int ig_ntd_batch_states_capped(const ig_index *ix, const int64_t *states, int64_t n,
-                               int64_t max_support, int64_t max_entries, int n_threads,
-                               ig_ntd_batch **out, char *err, size_t errlen);
+                        int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
 int64_t ig_ntd_batch_rows(const ig_ntd_batch *b);
 int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
 /* Rows as CSR: row i's distinct next tokens (increasing ids) and counts are
@@ -90,15 +85,6 @@ int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tok
                       uint64_t *counts, int64_t cap, int64_t *suffix_len, uint64_t *total,
                       uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen);
 void ig_ntd_batch_free(ig_ntd_batch *b);
-
-/* One call over caller buffers: as run + copy + free. When cap is too small it returns
-   IG_ERR_CAPACITY with *needed set (row_offsets and the per-row outputs are filled anyway), so a
-   caller may retry with exactly that capacity. */
-int ig_infgram_ntd_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
-                         const int64_t *offsets, int64_t n, int64_t max_support, int n_threads,
-                         int64_t *row_offsets, uint32_t *tokens, uint64_t *counts, int64_t cap,
-                         int64_t *needed, int64_t *suffix_len, uint64_t *total, uint8_t *sparse,
-                         uint8_t *approximate, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ decoding states */
 

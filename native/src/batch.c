@@ -8,10 +8,9 @@
 #include <stdlib.h>
 
 #include "infinigram_batch.h"
-#include "ntd_batch.h"
+#include "batch_internal.h"
 #include "parallel.h"
-#include "query_internal.h"
-#include "backoff.h"
+#include "state_internal.h"
 
 /* ---------------------------------------------------------------- checks */
 
@@ -95,11 +94,19 @@ int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
 
 /* ---------------------------------------------------------------- probabilities */
 
+int64_t ig_row_ranges(const ig_index *ix, const ig_rows *rows, int64_t i, ig_range *rs, ig_range *tmp) {
+    if (rows->states) return ig_state_load(ix, rows->states + i * ig_state_size(ix), rs, "states", NULL, 0);
+    const uint32_t *q = rows->values + rows->offsets[i];
+    int64_t len = rows->offsets[i + 1] - rows->offsets[i];
+    if (rows->infinite) return ig_longest_suffix(ix, q, len, len, rs, tmp);
+    ig_find_all(ix, q, len, rs);
+    return len;
+}
+
 typedef struct {
     const ig_index *ix;
-    const uint32_t *values, *tokens;
-    const int64_t *offsets;
-    int infinite;
+    const ig_rows *rows;
+    const uint32_t *tokens;
     uint64_t *count, *prompt_count;
     int64_t *suffix_len;
     uint8_t *sparse;
@@ -111,10 +118,7 @@ static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
     ig_scratch sc;
     if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
     for (int64_t i = begin; i < end; i++) {
-        const uint32_t *q = j->values + j->offsets[i];
-        int64_t len = j->offsets[i + 1] - j->offsets[i], d = len;
-        if (j->infinite) d = ig_longest_suffix(j->ix, q, len, len, sc.a, sc.b);
-        else ig_find_all(j->ix, q, len, sc.a);
+        int64_t d = ig_row_ranges(j->ix, j->rows, i, sc.a, sc.b);
         ig_prob p;
         ig_prob_from_ranges(j->ix, sc.a, d, j->tokens[i], sc.c, &p);
         j->count[i] = p.count;
@@ -126,6 +130,14 @@ static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
     return 0;
 }
 
+int ig_prob_rows(const ig_index *ix, const ig_rows *rows, int64_t n, const uint32_t *tokens, uint64_t *count,
+                 uint64_t *prompt_count, int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err,
+                 size_t errlen) {
+    prob_job j = {ix, rows, tokens, count, prompt_count, suffix_len, sparse};
+    int rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
+    return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
+}
+
 int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                   int64_t n, const uint32_t *tokens, int infinite, uint64_t *count, uint64_t *prompt_count,
                   int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err, size_t errlen) {
@@ -133,8 +145,8 @@ int ig_prob_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, 
     if (rc || n == 0) return rc;
     if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
     if ((rc = ig_check_ids(ix, tokens, n, "tokens", err, errlen))) return rc;
-    prob_job j = {ix, values, tokens, offsets, infinite, count, prompt_count, suffix_len, sparse};
-    return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
+    ig_rows rows = {NULL, values, offsets, infinite != 0};
+    return ig_prob_rows(ix, &rows, n, tokens, count, prompt_count, suffix_len, sparse, n_threads, err, errlen);
 }
 
 /* ---------------------------------------------------------------- dense scoring */

@@ -4,8 +4,7 @@
 
 #include "infinigram_draft.h"
 #include "infinigram_batch.h"
-#include "ntd_batch.h"
-#include "backoff.h"
+#include "state_internal.h"
 
 typedef struct {
     uint32_t tok;
@@ -34,16 +33,6 @@ static int64_t merge_equal(tc *v, int64_t n) {
         else v[m++] = v[i];
     }
     return m;
-}
-
-/* Exact count of context + t over all shards; the narrowed ranges land in next. */
-static uint64_t narrow_all(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
-    uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(&ix->shards[i], ix->token_width, rs[i], d, t) : rs[i];
-        c += (uint64_t)(next[i].hi - next[i].lo);
-    }
-    return c;
 }
 
 /* Candidate next tokens at depth d over the ranges rs, most frequent first, exact counts;
@@ -93,10 +82,48 @@ static int64_t candidates(const ig_index *ix, const ig_range *rs, int64_t d, tc 
     /* Count the best sampled candidates exactly (a few more than asked, as sampling only
        approximates their order). */
     int64_t want = cap + 2 < h ? cap + 2 : h;
-    for (int64_t j = 0; j < want; j++) hit[j].cnt = narrow_all(ix, rs, d, hit[j].tok, tmp);
+    for (int64_t j = 0; j < want; j++) hit[j].cnt = ig_extend_ranges(ix, rs, d, hit[j].tok, tmp);
     qsort(hit, (size_t)want, sizeof *hit, by_cnt_desc);
     n = want < cap ? want : cap;
     memcpy(out, hit, (size_t)n * sizeof *out);
+    return n;
+}
+
+/* Thresholds of a greedy chain (ig_draft_chain's arguments, ig_draft_params' fields). */
+typedef struct {
+    uint64_t min_count;
+    double min_share, min_joint;
+    int64_t eos_id;
+} chain_rule;
+
+/* The greedy ∞-gram chain from the ranges cur of a matched suffix of length l (l > 0 to draft
+   anything), at most cap tokens into tok32 or tok64 (whichever is not NULL); counts/totals may
+   be NULL. cur and next (as many ranges) are scratch afterwards, tmp too. Returns the length. */
+static int64_t greedy_chain(const ig_index *ix, ig_range *cur, ig_range *next, ig_range *tmp, int64_t l, int64_t cap,
+                            const chain_rule *rule, uint32_t *tok32, int64_t *tok64, uint64_t *counts,
+                            uint64_t *totals) {
+    double joint = 1.0;
+    int64_t n = 0;
+    while (l > 0 && n < cap) {
+        tc best;
+        uint64_t total;
+        if (candidates(ix, cur, l, &best, 1, &total, tmp) < 1) break;
+        double share = (double)best.cnt / (double)total;
+        if (best.cnt < rule->min_count || share < rule->min_share || joint * share < rule->min_joint) break;
+        int ends = best.tok == ix->separator; /* the document ends here: drafted as eos_id, if any */
+        if (ends && rule->eos_id < 0) break;
+        int64_t t = ends ? rule->eos_id : (int64_t)best.tok;
+        if (tok32) tok32[n] = (uint32_t)t;
+        else tok64[n] = t;
+        if (counts) counts[n] = best.cnt;
+        if (totals) totals[n] = total;
+        n++;
+        if (ends) break;
+        joint *= share;
+        ig_extend_ranges(ix, cur, l, best.tok, next);
+        ig_range *sw = cur; cur = next; next = sw;
+        l++;
+    }
     return n;
 }
 
@@ -114,34 +141,9 @@ int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens,
         ig_scratch_free(&sc);
         return (int)l;
     }
-    ig_range *cur = sc.a, *next = sc.b;
-    double joint = 1.0;
-    int64_t n = 0;
-    while (l > 0 && n < max_tokens) {
-        tc best;
-        uint64_t total;
-        if (candidates(ix, cur, l, &best, 1, &total, sc.c) < 1) break;
-        double share = (double)best.cnt / (double)total;
-        if (best.cnt < min_count || share < min_share || joint * share < min_joint) break;
-        if (best.tok == ix->separator) { /* the document ends here */
-            if (eos_id >= 0) {
-                tokens[n] = (uint32_t)eos_id;
-                if (counts) counts[n] = best.cnt;
-                if (totals) totals[n] = total;
-                n++;
-            }
-            break;
-        }
-        tokens[n] = best.tok;
-        if (counts) counts[n] = best.cnt;
-        if (totals) totals[n] = total;
-        n++;
-        joint *= share;
-        narrow_all(ix, cur, l, best.tok, next);
-        ig_range *t = cur; cur = next; next = t;
-        l++;
-    }
-    *n_out = n;
+    chain_rule rule = {min_count, min_share, min_joint, eos_id};
+    *n_out = greedy_chain(ix, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL,
+                          counts, totals);
     ig_scratch_free(&sc);
     return IG_OK;
 }
@@ -176,7 +178,7 @@ int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint3
             memcpy(cs, state, (size_t)size * sizeof *cs);
             continue;
         }
-        narrow_all(ix, sc.a, l, best[j].tok, sc.b);
+        ig_extend_ranges(ix, sc.a, l, best[j].tok, sc.b);
         ig_state_store(ix, l + 1, sc.b, cs);
     }
     *n_out = n;
@@ -236,23 +238,8 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
     }
     ig_range *cur = sc.a, *next = sc.b;
     ig_lce_memo *memo = NULL;
-    for (int64_t p = len - n_new; p < len; p++) { /* ctx[0..p) has state (l, cur); add ctx[p] */
-        uint32_t t = ctx[p];
-        uint64_t c = 0;
-        for (int i = 0; i < ix->n_shards; i++) {
-            const ig_shard *s = &ix->shards[i];
-            ig_range r = cur[i];
-            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, t);
-            else next[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, t) : r;
-            c += (uint64_t)(next[i].hi - next[i].lo);
-        }
-        if (c > 0) {
-            ig_range *tmp = cur; cur = next; next = tmp;
-            l++;
-        } else { /* back off: the longest suffix of ctx[0..p+1), at most l tokens */
-            l = ig_backoff(ix, ctx, p + 1, l, cur, sc.c, &memo);
-        }
-    }
+    for (int64_t p = len - n_new; p < len; p++) /* ctx[0..p) has state (l, cur); add ctx[p] */
+        l = ig_state_step(ix, ctx, p + 1, l, &cur, &next, sc.c, &memo);
     ig_lce_memo_free(memo);
     ig_state_store(ix, l, cur, out);
     ig_scratch_free(&sc);
@@ -270,103 +257,48 @@ static int64_t draft_cap(const ig_draft_params *p, int64_t match, int64_t limit)
     return cap < limit ? cap : limit;
 }
 
-/* Advance state (suffix length *l, ranges cur) through seq[n - n_new .. n): narrow while the
-   match grows, back off otherwise, restart after a boundary. tmp holds the uint32 context. */
-static int advance(const ig_index *ix, ig_scratch *sc, int64_t *l_io, ig_range **cur_io, const int64_t *seq,
-                   int64_t n, int64_t n_new, int64_t eos_id, char *err, size_t errlen) {
+/* A document boundary in a decoding loop's sequence: eos_id, or an id the index cannot hold. */
+static int is_boundary(const ig_index *ix, int64_t t, int64_t eos_id) {
+    return t < 0 || t >= (int64_t)ix->vocab_size || t == eos_id;
+}
+
+/* Where the ∞-gram context of seq[0..to) starts when only seq[from..to) is looked at: after its
+   last document boundary, else at from. */
+static int64_t context_start(const ig_index *ix, const int64_t *seq, int64_t from, int64_t to, int64_t eos_id) {
+    for (int64_t i = to; i > from; i--)
+        if (is_boundary(ix, seq[i - 1], eos_id)) return i;
+    return from;
+}
+
+/* Advance the state (suffix length *l, ranges *cur; *next: scratch) of seq[0..n - n_new) through
+   the new tokens: narrow while the match grows, back off otherwise; the context starts anew
+   after a document boundary. */
+static int advance(const ig_index *ix, int64_t *l_io, ig_range **cur, ig_range **next, ig_range *tmp,
+                   const int64_t *seq, int64_t n, int64_t n_new, int64_t eos_id, char *err, size_t errlen) {
     int64_t l = *l_io;
-    ig_range *cur = *cur_io, *next = cur == sc->a ? sc->b : sc->a;
     if (n_new <= 0) return IG_OK;
     int64_t first = n - n_new - l; /* the context from here is what the state matches */
     if (first < 0) return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix (%lld tokens) is longer than the "
                                   "sequence before the new tokens", (long long)l);
-    uint32_t *ctx = malloc((size_t)(n - first) * sizeof *ctx);
+    int64_t bad = context_start(ix, seq, first, n - n_new, eos_id) - 1;
+    if (bad >= first)
+        return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix holds id %lld at position %lld",
+                       (long long)seq[bad], (long long)bad);
+    int64_t base = context_start(ix, seq, first, n, eos_id), from = n - n_new; /* ctx[j] = seq[base + j] */
+    if (base > from) { /* a new document among the new tokens: its context starts empty */
+        l = 0;
+        for (int i = 0; i < ix->n_shards; i++) (*cur)[i] = (ig_range){0, ix->shards[i].num_tokens};
+        from = base;
+    }
+    uint32_t *ctx = malloc((size_t)(n - base > 0 ? n - base : 1) * sizeof *ctx);
     if (!ctx) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    for (int64_t i = first; i < n - n_new; i++) {
-        if (seq[i] < 0 || seq[i] >= (int64_t)ix->vocab_size || seq[i] == eos_id) {
-            free(ctx);
-            return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix holds id %lld at position %lld",
-                           (long long)seq[i], (long long)i);
-        }
-        ctx[i - first] = (uint32_t)seq[i];
-    }
-    int64_t base = first; /* ctx[j] = seq[base + j] */
+    for (int64_t i = base; i < n; i++) ctx[i - base] = (uint32_t)seq[i];
     ig_lce_memo *memo = NULL;
-    for (int64_t pos = n - n_new; pos < n; pos++) {
-        int64_t t = seq[pos];
-        if (t < 0 || t >= (int64_t)ix->vocab_size || t == eos_id) { /* a new document: empty context */
-            l = 0;
-            for (int i = 0; i < ix->n_shards; i++) cur[i] = (ig_range){0, ix->shards[i].num_tokens};
-            base = pos + 1;
-            continue;
-        }
-        ctx[pos - base] = (uint32_t)t;
-        uint64_t c = 0;
-        for (int i = 0; i < ix->n_shards; i++) {
-            const ig_shard *s = &ix->shards[i];
-            ig_range r = cur[i];
-            if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, (uint32_t)t);
-            else next[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, (uint32_t)t) : r;
-            c += (uint64_t)(next[i].hi - next[i].lo);
-        }
-        if (c > 0) {
-            ig_range *tmp = cur; cur = next; next = tmp;
-            l++;
-        } else {
-            l = ig_backoff(ix, ctx, pos - base + 1, l, cur, sc->c, &memo);
-        }
-    }
+    for (int64_t pos = from; pos < n; pos++) l = ig_state_step(ix, ctx, pos - base + 1, l, cur, next, tmp, &memo);
     ig_lce_memo_free(memo);
     free(ctx);
     *l_io = l;
-    *cur_io = cur;
     return IG_OK;
-}
-
-/* The greedy chain from ranges cur at depth l into out (int64 ids). */
-static int64_t chain(const ig_index *ix, ig_scratch *sc, const ig_range *start, int64_t l, int64_t cap,
-                     const ig_draft_params *p, int64_t *out, uint64_t *counts, uint64_t *totals) {
-    /* work on copies: the caller's ranges stay the state */
-    ig_range *cur, *next, own[2 * IG_STACK_SHARDS];
-    ig_range *heap = NULL;
-    if (ix->n_shards > IG_STACK_SHARDS) {
-        heap = malloc(2 * (size_t)ix->n_shards * sizeof *heap);
-        if (!heap) return 0;
-        cur = heap;
-        next = heap + ix->n_shards;
-    } else {
-        cur = own;
-        next = own + IG_STACK_SHARDS;
-    }
-    memcpy(cur, start, (size_t)ix->n_shards * sizeof *cur);
-    double joint = 1.0;
-    int64_t n = 0;
-    while (l > 0 && n < cap) {
-        tc best;
-        uint64_t total;
-        if (candidates(ix, cur, l, &best, 1, &total, sc->c) < 1) break;
-        double share = (double)best.cnt / (double)total;
-        if (best.cnt < p->min_count || share < p->min_share || joint * share < p->min_joint) break;
-        if (best.tok == ix->separator) {
-            if (p->eos_id >= 0) {
-                out[n] = p->eos_id;
-                if (counts) counts[n] = best.cnt;
-                if (totals) totals[n] = total;
-                n++;
-            }
-            break;
-        }
-        out[n] = best.tok;
-        if (counts) counts[n] = best.cnt;
-        if (totals) totals[n] = total;
-        n++;
-        joint *= share;
-        narrow_all(ix, cur, l, best.tok, next);
-        ig_range *t = cur; cur = next; next = t;
-        l++;
-    }
-    free(heap);
-    return n;
 }
 
 int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
@@ -387,7 +319,7 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     int rc = IG_OK;
     ig_scratch sc;
     int64_t l = 0;
-    ig_range *cur = NULL;
+    ig_range *cur = NULL, *next = NULL;
     if (use_inf) {
         if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
         if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
@@ -397,7 +329,8 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
             return (int)l;
         }
         cur = sc.a;
-        if ((rc = advance(ix, &sc, &l, &cur, seq, n, n_new, p->eos_id, err, errlen))) {
+        next = sc.b;
+        if ((rc = advance(ix, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen))) {
             ig_scratch_free(&sc);
             return rc;
         }
@@ -419,7 +352,8 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
         int64_t *buf = look_n ? (max_tokens <= 256 ? tmp : malloc((size_t)max_tokens * sizeof *buf)) : out;
         if (!buf) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
         else {
-            inf_n = chain(ix, &sc, cur, l, inf_cap, p, buf, counts, totals);
+            chain_rule rule = {p->min_count, p->min_share, p->min_joint, p->eos_id};
+            inf_n = greedy_chain(ix, cur, next, sc.c, l, inf_cap, &rule, NULL, buf, counts, totals);
             if (inf_n > 0 && buf != out) memcpy(out, buf, (size_t)inf_n * sizeof *out);
             if (buf != out && buf != tmp) free(buf);
         }
@@ -510,7 +444,7 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
             continue;
         }
         tokens[n] = (int64_t)c.tok;
-        narrow_all(ix, pr, l + pd, c.tok, node_r + n * ns);
+        ig_extend_ranges(ix, pr, l + pd, c.tok, node_r + n * ns);
         if (depth[n] < max_depth) node = n;
         n++;
     }

@@ -9,9 +9,10 @@
 #include <stdlib.h>
 
 #include "infinigram_batch.h"
-#include "ntd_batch.h"
+#include "batch_internal.h"
 #include "ntd_cache.h"
 #include "parallel.h"
+#include "state_internal.h"
 
 typedef struct {
     uint32_t *tok;
@@ -141,10 +142,7 @@ static int collect_ntd(const ig_index *ix, const ig_range *rs, int64_t d, uint64
 
 typedef struct {
     const ig_index *ix;
-    const uint32_t *values;
-    const int64_t *offsets;
-    const int64_t *states; /* state mode when not NULL */
-    int mode;
+    ig_rows rows;
     int64_t max_support;
     ig_ntd_batch *b;
     ntd_scratch *sc;     /* per thread */
@@ -164,19 +162,7 @@ static int ntd_work(void *ctx, int tid, int64_t begin, int64_t end) {
             rc = IG_ERR_LIMIT; /* another thread went over the cap: stop early */
             break;
         }
-        int64_t d;
-        if (j->states) {
-            d = ig_state_load(ix, j->states + i * ig_state_size(ix), rs.a, "states", NULL, 0);
-        } else {
-            const uint32_t *q = j->values + j->offsets[i];
-            int64_t len = j->offsets[i + 1] - j->offsets[i];
-            if (j->mode == IG_NTD_INFGRAM) {
-                d = ig_longest_suffix(ix, q, len, len, rs.a, rs.b);
-            } else {
-                ig_find_all(ix, q, len, rs.a);
-                d = len;
-            }
-        }
+        int64_t d = ig_row_ranges(ix, &j->rows, i, rs.a, rs.b);
         uint64_t total = 0;
         for (int s = 0; s < ix->n_shards; s++) total += (uint64_t)(rs.a[s].hi - rs.a[s].lo);
         ntd_row *row = &j->b->row[i];
@@ -245,53 +231,36 @@ static int run_job(ntd_job *j, int64_t n, int n_threads, ig_ntd_batch **out, cha
     return IG_OK;
 }
 
-int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
-                     int64_t n, int mode, int64_t max_support, int n_threads, ig_ntd_batch **out, char *err,
-                     size_t errlen) {
-    return ig_ntd_batch_run_capped(ix, values, n_values, offsets, n, mode, max_support, 0, n_threads, out, err,
-                                   errlen);
+/* The option checks both entry points share. */
+static int check_limits(int64_t max_support, int64_t max_entries, char *err, size_t errlen) {
+    if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
+    if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
+    return IG_OK;
 }
 
-int ig_ntd_batch_run_capped(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
-                            int64_t n, int mode, int64_t max_support, int64_t max_entries, int n_threads,
-                            ig_ntd_batch **out, char *err, size_t errlen) {
+int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets, int64_t n,
+                     int mode, int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out,
+                     char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
     *out = NULL;
     if (mode != IG_NTD_NGRAM && mode != IG_NTD_INFGRAM) return ig_fail(err, errlen, IG_ERR_ARG, "mode must be IG_NTD_NGRAM or IG_NTD_INFGRAM, not %d", mode);
-    if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
-    int rc = ig_check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
+    int rc = check_limits(max_support, max_entries, err, errlen);
+    if (!rc) rc = ig_check_batch(ix, values, n_values, offsets, n, "prompts", err, errlen);
     if (rc) return rc;
-    if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
-    ntd_job j = {ix, values, offsets, NULL, mode, max_support, NULL, NULL, max_entries, 0};
+    ntd_job j = {ix, {NULL, values, offsets, mode == IG_NTD_INFGRAM}, max_support, NULL, NULL, max_entries, 0};
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
-int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support, int n_threads,
-                        ig_ntd_batch **out, char *err, size_t errlen) {
-    return ig_ntd_batch_states_capped(ix, states, n, max_support, 0, n_threads, out, err, errlen);
-}
-
-int ig_ntd_batch_states_capped(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
-                               int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
+int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
+                        int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
     *out = NULL;
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (n < 0 || (n > 0 && !states)) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL or negative count");
-    if (max_support < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_support must be >= 0, got %lld", (long long)max_support);
-    ig_scratch rs;
-    int rc = ig_scratch_init(&rs, ix->n_shards, err, errlen);
+    int rc = check_limits(max_support, max_entries, err, errlen);
+    if (!rc) rc = ig_check_states(ix, states, n, NULL, NULL, err, errlen);
     if (rc) return rc;
-    int64_t size = ig_state_size(ix);
-    for (int64_t i = 0; i < n && !rc; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "states[%lld]", (long long)i);
-        int64_t d = ig_state_load(ix, states + i * size, rs.a, name, err, errlen);
-        if (d < 0) rc = (int)d;
-    }
-    ig_scratch_free(&rs);
-    if (rc) return rc;
-    if (max_entries < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_entries must be >= 0, got %lld", (long long)max_entries);
-    ntd_job j = {ix, NULL, NULL, states, IG_NTD_INFGRAM, max_support, NULL, NULL, max_entries, 0};
+    ntd_job j = {ix, {states, NULL, NULL, 1}, max_support, NULL, NULL, max_entries, 0};
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
@@ -327,18 +296,4 @@ int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tok
         acc += r->n;
     }
     return IG_OK;
-}
-
-int ig_infgram_ntd_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
-                         int64_t n, int64_t max_support, int n_threads, int64_t *row_offsets, uint32_t *tokens,
-                         uint64_t *counts, int64_t cap, int64_t *needed, int64_t *suffix_len, uint64_t *total,
-                         uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen) {
-    ig_ntd_batch *b = NULL;
-    int rc = ig_ntd_batch_run(ix, values, n_values, offsets, n, IG_NTD_INFGRAM, max_support, n_threads, &b, err,
-                              errlen);
-    if (rc) return rc;
-    if (needed) *needed = b->entries;
-    rc = ig_ntd_batch_copy(b, row_offsets, tokens, counts, cap, suffix_len, total, sparse, approximate, err, errlen);
-    ig_ntd_batch_free(b);
-    return rc;
 }

@@ -408,18 +408,23 @@ int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
     return have;
 }
 
+uint64_t ig_extend_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) {
+        const ig_shard *s = &ix->shards[i];
+        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, t);
+        else next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(s, ix->token_width, rs[i], d, t) : rs[i];
+        c += (uint64_t)(next[i].hi - next[i].lo);
+    }
+    return c;
+}
+
 /* count(context + token) and count(context) given the context's ranges at depth d. */
 void ig_prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token,
                              ig_range *next, ig_prob *out) {
-    uint64_t num = 0, den = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        den += (uint64_t)(rs[i].hi - rs[i].lo);
-        const ig_shard *s = &ix->shards[i];
-        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, token);
-        else next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(s, ix->token_width, rs[i], d, token) : rs[i];
-        num += (uint64_t)(next[i].hi - next[i].lo);
-    }
-    out->count = num;
+    uint64_t den = 0;
+    for (int i = 0; i < ix->n_shards; i++) den += (uint64_t)(rs[i].hi - rs[i].lo);
+    out->count = ig_extend_ranges(ix, rs, d, token, next);
     out->prompt_count = den;
     out->suffix_len = d;
     out->sparse = ig_is_sparse(ix, rs, d);

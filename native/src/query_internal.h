@@ -33,6 +33,9 @@ ig_range ig_narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t)
 ig_range ig_narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32_t *q, int64_t m);
 ig_range ig_first_token_range(const ig_shard *s, int w, uint32_t t);
 ig_range ig_find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t len);
+/* Ranges of context + t in every shard from the context's ranges rs at depth d (the whole
+   corpus at depth 0 takes the unigram table); returns their total count. */
+uint64_t ig_extend_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next);
 /* Ranges of q in every shard (out has n_shards entries); returns the total count. */
 uint64_t ig_find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out);
 

@@ -3,9 +3,9 @@
 #include <stdio.h>
 
 #include "infinigram_batch.h"
-#include "ntd_batch.h"
+#include "batch_internal.h"
 #include "parallel.h"
-#include "backoff.h"
+#include "state_internal.h"
 
 int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
 
@@ -52,26 +52,23 @@ int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t 
     return IG_OK;
 }
 
-/* The state of ctx[0..len) from the ranges rs (suffix length l) of ctx[0..len-1): narrow by the
-   new token; if nothing continues with it, back off to the longest suffix of at most l tokens
-   (backoff.h; *memo is its memo of the corpus, kept across the states of one call). */
+int64_t ig_state_step(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t l, ig_range **cur,
+                      ig_range **next, ig_range *tmp, ig_lce_memo **memo) {
+    if (ig_extend_ranges(ix, *cur, l, ctx[len - 1], *next) > 0) { /* the match grows: its ranges are next */
+        ig_range *t = *cur;
+        *cur = *next;
+        *next = t;
+        return l + 1;
+    }
+    return ig_backoff(ix, ctx, len, l, *cur, tmp, memo);
+}
+
+/* The state of ctx[0..len) into out from the ranges sc->a (suffix length l) of ctx[0..len-1). */
 static void extend(const ig_index *ix, ig_scratch *sc, int64_t l, const uint32_t *ctx, int64_t len, int64_t *out,
                    ig_lce_memo **memo) {
-    uint32_t t = ctx[len - 1];
-    uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        const ig_shard *s = &ix->shards[i];
-        ig_range r = sc->a[i];
-        if (l == 0 && r.lo == 0 && r.hi == s->num_tokens) sc->b[i] = ig_first_token_range(s, ix->token_width, t);
-        else sc->b[i] = r.hi > r.lo ? ig_narrow1(s, ix->token_width, r, l, t) : r;
-        c += (uint64_t)(sc->b[i].hi - sc->b[i].lo);
-    }
-    if (c > 0) {
-        ig_state_store(ix, l + 1, sc->b, out);
-        return;
-    }
-    int64_t k = ig_backoff(ix, ctx, len, l, sc->a, sc->c, memo);
-    ig_state_store(ix, k, sc->a, out);
+    ig_range *cur = sc->a, *next = sc->b;
+    l = ig_state_step(ix, ctx, len, l, &cur, &next, sc->c, memo);
+    ig_state_store(ix, l, cur, out);
 }
 
 static int check_extend(const ig_index *ix, int64_t l, const uint32_t *ctx, int64_t len, const char *what, char *err,
@@ -118,16 +115,13 @@ int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_p
 typedef struct {
     const ig_index *ix;
     const int64_t *states;
-    const uint32_t *values, *tokens;
+    const uint32_t *values;
     const int64_t *offsets;
     int64_t *out;
-    uint64_t *count, *prompt_count;
-    int64_t *suffix_len;
-    uint8_t *sparse;
-} state_job;
+} extend_job;
 
 static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
-    state_job *j = ctx;
+    extend_job *j = ctx;
     (void)tid;
     int64_t size = ig_state_size(j->ix);
     ig_scratch sc;
@@ -142,29 +136,8 @@ static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
     return 0;
 }
 
-static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
-    state_job *j = ctx;
-    (void)tid;
-    int64_t size = ig_state_size(j->ix);
-    ig_scratch sc;
-    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
-    for (int64_t i = begin; i < end; i++) {
-        int64_t l = ig_state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
-        ig_prob p;
-        ig_prob_from_ranges(j->ix, sc.a, l, j->tokens[i], sc.b, &p);
-        j->count[i] = p.count;
-        j->prompt_count[i] = p.prompt_count;
-        j->suffix_len[i] = p.suffix_len;
-        if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
-    }
-    ig_scratch_free(&sc);
-    return 0;
-}
-
-/* Check n states up front (so workers never fail on them); with values, also that context i
-   holds the matched suffix plus the new token. */
-static int check_states(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *values,
-                        const int64_t *offsets, char *err, size_t errlen) {
+int ig_check_states(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *values,
+                    const int64_t *offsets, char *err, size_t errlen) {
     if (n > 0 && !states) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL");
     ig_scratch sc;
     int rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
@@ -188,8 +161,8 @@ int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint3
     int rc = ig_check_batch(ix, values, n_values, offsets, n, "contexts", err, errlen);
     if (rc || n == 0) return rc;
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
-    if ((rc = check_states(ix, states, n, values, offsets, err, errlen))) return rc;
-    state_job j = {ix, states, values, NULL, offsets, out, NULL, NULL, NULL, NULL};
+    if ((rc = ig_check_states(ix, states, n, values, offsets, err, errlen))) return rc;
+    extend_job j = {ix, states, values, offsets, out};
     rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, extend_work, &j);
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }
@@ -202,9 +175,8 @@ int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, co
     if (n == 0) return IG_OK;
     if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
     int rc = ig_check_ids(ix, tokens, n, "tokens", err, errlen);
-    if (!rc) rc = check_states(ix, states, n, NULL, NULL, err, errlen);
+    if (!rc) rc = ig_check_states(ix, states, n, NULL, NULL, err, errlen);
     if (rc) return rc;
-    state_job j = {ix, states, NULL, tokens, NULL, NULL, count, prompt_count, suffix_len, sparse};
-    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
-    return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
+    ig_rows rows = {states, NULL, NULL, 1};
+    return ig_prob_rows(ix, &rows, n, tokens, count, prompt_count, suffix_len, sparse, n_threads, err, errlen);
 }

@@ -108,7 +108,7 @@ static void test_batches(const fz_corpus *c, ig_index *ix) {
             q[i] = (uint32_t)(i % 4) % c->vocab;
             off[i + 1] = i + 1;
         }
-        CHECK(ig_ntd_batch_run(ix, q, 3 * n, off, 3 * n, IG_NTD_NGRAM, support, 2, &b, err, sizeof err) == IG_OK, "%s",
+        CHECK(ig_ntd_batch_run(ix, q, 3 * n, off, 3 * n, IG_NTD_NGRAM, support, 0, 2, &b, err, sizeof err) == IG_OK, "%s",
               err);
         int64_t e = ig_ntd_batch_entries(b), ro[49];
         uint32_t *tk = malloc((size_t)(e + 1) * sizeof *tk);
@@ -132,20 +132,33 @@ static void test_batches(const fz_corpus *c, ig_index *ix) {
         uint32_t q[1] = {0};
         for (int64_t i = 0; i <= 32; i++) off[i] = 0; /* 32 empty contexts: 32 unigrams */
         ig_ntd_batch *b = NULL;
-        CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, 1, &b, err, sizeof err) == IG_OK, "%s", err);
+        CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, 0, 1, &b, err, sizeof err) == IG_OK, "%s", err);
         total = ig_ntd_batch_entries(b);
         ig_ntd_batch_free(b);
         for (int t = 1; t <= 4; t += 3) {
             b = NULL;
-            CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total - 1, t, &b, err, sizeof err) ==
+            CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total - 1, t, &b, err, sizeof err) ==
                       IG_ERR_LIMIT && !b && strstr(err, "max_entries"), "cap: %s", err);
-            CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total, t, &b, err, sizeof err) ==
+            CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, total, t, &b, err, sizeof err) ==
                       IG_OK && ig_ntd_batch_entries(b) == total, "at the cap: %s", err);
             ig_ntd_batch_free(b);
         }
         b = NULL;
-        CHECK(ig_ntd_batch_run_capped(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG,
+        CHECK(ig_ntd_batch_run(ix, q, 0, off, 32, IG_NTD_INFGRAM, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG,
               "negative cap");
+        /* the same from decoding states (32 states of the empty context) */
+        int64_t size = ig_state_size(ix), *st = malloc((size_t)(32 * size) * sizeof *st);
+        for (int64_t i = 0; i < 32; i++) CHECK(ig_state_init(ix, q, 0, st + i * size, err, sizeof err) == IG_OK, "%s", err);
+        for (int t = 1; t <= 4; t += 3) {
+            b = NULL;
+            CHECK(ig_ntd_batch_states(ix, st, 32, 0, total - 1, t, &b, err, sizeof err) == IG_ERR_LIMIT && !b &&
+                      strstr(err, "max_entries"), "states cap: %s", err);
+            CHECK(ig_ntd_batch_states(ix, st, 32, 0, total, t, &b, err, sizeof err) == IG_OK &&
+                      ig_ntd_batch_entries(b) == total, "states at the cap: %s", err);
+            ig_ntd_batch_free(b);
+        }
+        CHECK(ig_ntd_batch_states(ix, st, 32, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG, "states negative cap");
+        free(st);
     }
     /* a state extended token by token == the state of the whole context */
     int64_t size = ig_state_size(ix), st[8], whole[8];
@@ -183,8 +196,8 @@ static void test_arguments(const fz_corpus *c, ig_index *ix) {
     CHECK(ig_count_batch(ix, q, 2, off3, 1, out, 1, err, sizeof err) == IG_ERR_ARG, "huge offset");
     CHECK(ig_count_batch(ix, q, 2, off, -1, out, 1, err, sizeof err) == IG_ERR_ARG, "negative n");
     ig_ntd_batch *b = NULL;
-    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, 7, 0, 1, &b, err, sizeof err) == IG_ERR_ARG && !b, "ntd mode");
-    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, IG_NTD_NGRAM, -1, 1, &b, err, sizeof err) == IG_ERR_ARG, "max_support");
+    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, 7, 0, 0, 1, &b, err, sizeof err) == IG_ERR_ARG && !b, "ntd mode");
+    CHECK(ig_ntd_batch_run(ix, q, 2, off2, 1, IG_NTD_NGRAM, -1, 0, 1, &b, err, sizeof err) == IG_ERR_ARG, "max_support");
     /* forged decoding states (fuzz/regressions/query/ubsan-forged-state-suffix-len) */
     int64_t size = ig_state_size(ix), st[8], o[8];
     ig_prob p;

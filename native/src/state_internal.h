@@ -1,0 +1,28 @@
+/* state_internal.h - decoding states inside the core (state.c), for the batch and draft code.
+   Not part of the public API (the layout of a state: infinigram_state.h). */
+#ifndef IG_STATE_INTERNAL_H
+#define IG_STATE_INTERNAL_H
+
+#include "query_internal.h"
+#include "backoff.h"
+
+/* Load a decoding state into per-shard ranges (checked: lengths and ranges in bounds, count
+   consistent); returns its suffix length, or a negative error code. `what` names it in messages. */
+int64_t ig_state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
+                      size_t errlen);
+void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state);
+
+/* Check n states up front, so that workers never fail on them (messages name states[i]); with
+   values, also that context i (values[offsets[i] .. offsets[i+1])) holds the state's matched
+   suffix plus the new token. */
+int ig_check_states(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *values,
+                    const int64_t *offsets, char *err, size_t errlen);
+
+/* One token of a decoding state: *cur holds the ranges of the matched suffix (length l) of
+   ctx[0..len-1), afterwards those of ctx[0..len): one narrowing by ctx[len-1] while the match
+   grows, else a back-off (backoff.h; tmp is scratch, *memo its memo for the whole call). Returns
+   the new suffix length; *cur and *next (scratch of as many ranges) may be swapped. */
+int64_t ig_state_step(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t l, ig_range **cur,
+                      ig_range **next, ig_range *tmp, ig_lce_memo **memo);
+
+#endif
