@@ -295,9 +295,9 @@ def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, 
     err = err_buffer()
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run_capped(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, mode,
-                                         _max_support(max_support), _max_entries(max_entries), _threads(n_threads),
-                                         out, err, len(err))
+        rc = lib.ig_ntd_batch_run(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, mode,
+                                  _max_support(max_support), _max_entries(max_entries), _threads(n_threads),
+                                  out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
 
@@ -344,7 +344,7 @@ def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
     qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support),
+        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support), 0,
                                   1, out, err, len(err))
     check(rc, err)
     h = out[0]

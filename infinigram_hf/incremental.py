@@ -146,8 +146,8 @@ def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[i
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     with index._handle() as ix:
-        rc = lib.ig_ntd_batch_states_capped(ix, _p(arr, "int64_t"), len(arr), _max_support(max_support),
-                                            _max_entries(max_entries), _threads(n_threads), out, err, len(err))
+        rc = lib.ig_ntd_batch_states(ix, _p(arr, "int64_t"), len(arr), _max_support(max_support),
+                                     _max_entries(max_entries), _threads(n_threads), out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
 
