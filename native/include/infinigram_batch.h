@@ -1,35 +1,27 @@
-/* infinigram_batch.h - batched queries, decoding states and fast single calls.
+/* infinigram_batch.h - many queries in one call (part of infinigram.h: include that).
  *
- * Batches. Query i of a batch is values[offsets[i] .. offsets[i+1]): `offsets` has n + 1
- * non-decreasing entries inside [0, n_values] (a ragged batch: one flat array plus offsets, as
- * numpy holds it). The loop over queries runs in C, spread over `n_threads` threads
- * (0 = automatic: as many as the CPUs this process may run on, fewer for small batches;
- * 1 = the calling thread only; k > 1 = up to k threads). Every id is checked before any work
- * starts; the message names the query and the position of a bad one. Results are identical
- * whatever the number of threads.
- *
- * Decoding states. A state is the longest suffix of a context that occurs in the corpus, held
- * as ig_state_size(ix) int64 values:
- *     [suffix_len, count, lo_0, hi_0, lo_1, hi_1, ...]   (suffix-array range per shard)
- * It is plain data: copy it, cache it by context, drop it. Extending a state by one token costs
- * one narrowing of its ranges while the match grows, and a backoff search when it does not, so a
- * decoding step costs about one binary search. A state depends only on its context, never on
- * earlier calls, so rolling a context back (rejected drafts, beam reordering) only means using
- * the state of the shorter context again.
+ * Query i of a batch is values[offsets[i] .. offsets[i+1]): `offsets` has n + 1 non-decreasing
+ * entries inside [0, n_values] (a ragged batch: one flat array plus offsets, as numpy holds it).
+ * The loop over queries runs in C, spread over `n_threads` threads (0 = automatic: as many as
+ * the CPUs this process may run on, fewer for small batches; 1 = the calling thread only;
+ * k > 1 = up to k threads). Every id is checked before any work starts; the message names the
+ * query and the position of a bad one. Results are identical whatever the number of threads.
+ * The batched forms of decoding states follow the same rules (infinigram_state.h).
  */
 #ifndef INFINIGRAM_BATCH_H
 #define INFINIGRAM_BATCH_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
 
-#include "infinigram.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-/* ------------------------------------------------------------------ fast single calls */
+/* Threads an automatic n_threads = 0 would use at most (CPUs this process may run on). */
+int ig_cpu_count(void);
 
-/* count of q, or a negative IG_ERR_* code (call ig_count for the message). No output buffers:
-   the cheapest call from Python. */
-int64_t ig_count_fast(const ig_index *ix, const uint32_t *q, int64_t len);
-
-/* ------------------------------------------------------------------ batches */
-
+/* counts[i] = occurrences of query i. */
 int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
                    const int64_t *offsets, int64_t n, uint64_t *counts, int n_threads, char *err,
                    size_t errlen);
@@ -55,9 +47,7 @@ int ig_score_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
 
 /* Next-token distributions of a batch, computed and held in C until copied out: run (from
    queries, or from decoding states), then size the outputs from ig_ntd_batch_entries, copy, free.
-   Nothing is ever computed twice and no buffer can overflow. These are the core's two doors to
-   next-token distributions of many contexts (ig_ntd is the exact single-context call over
-   caller buffers).
+   Nothing is ever computed twice and no buffer can overflow.
    mode: IG_NTD_INFGRAM (longest occurring suffix of each query), IG_NTD_NGRAM (the whole query).
    max_support: 0 = exact. Otherwise a context with more than max_support occurrences that is
    not precomputed is sampled at a fixed stride (counts are estimates that still add up to the
@@ -86,36 +76,8 @@ int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tok
                       uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen);
 void ig_ntd_batch_free(ig_ntd_batch *b);
 
-/* ------------------------------------------------------------------ decoding states */
-
-/* int64 values per state: 2 + 2 * number of shards. */
-int64_t ig_state_size(const ig_index *ix);
-/* State of ctx[0..len) (the empty context gives suffix_len 0 and the whole corpus). */
-int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err,
-                  size_t errlen);
-/* State of ctx[0..len) from `state`, that of ctx[0..len-1) (len >= 1). ctx may be any tail of
-   the context that holds at least suffix_len + 1 tokens. out may alias state. */
-int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len,
-                    int64_t *out, char *err, size_t errlen);
-/* P_∞(token | context) from the context's state. */
-int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out,
-                  char *err, size_t errlen);
-/* Batched forms: n states (n * ig_state_size values); extension i appends the last token of
-   values[offsets[i] .. offsets[i+1]) (a tail of context i, as for ig_state_extend). */
-int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint32_t *values,
-                          int64_t n_values, const int64_t *offsets, int64_t n, int64_t *out,
-                          int n_threads, char *err, size_t errlen);
-int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *tokens,
-                        uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len,
-                        uint8_t *sparse, int n_threads, char *err, size_t errlen);
-
-/* ------------------------------------------------------------------ build option */
-
-/* Precompute the next-token distributions of 1- to 3-token contexts whose walk would take
-   about min_cost suffix-array probes or more (file ntdcache.bin; default 2048; 0 = none). */
-int ig_writer_set_ntd_cache(ig_writer *w, int64_t min_cost);
-
-/* Threads an automatic n_threads = 0 would use at most (CPUs this process may run on). */
-int ig_cpu_count(void);
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INFINIGRAM_BATCH_H */

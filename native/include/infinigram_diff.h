@@ -3,7 +3,7 @@
  * (e.g. documents to remove without re-indexing). Every count is cnt_plus - cnt_minus; the
  * ∞-gram backs off to the longest suffix whose NET count is positive; the sparse flag and the
  * next-token distributions are those of the net counts. Each of plus / minus may itself be a
- * union of several shards or index directories.
+ * union of several shards or index directories. (Part of infinigram.h: include that.)
  *
  * The subset property cannot be checked cheaply in full: ig_diff_check compares the unigram
  * counts (O(vocab)), and any query that meets a negative net count fails with IG_ERR_ARG
@@ -11,8 +11,13 @@
  */
 #ifndef INFINIGRAM_DIFF_H
 #define INFINIGRAM_DIFF_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
 
-#include "infinigram.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Same token width and vocabulary; every token's count in minus <= its count in plus; no more
    documents in minus than in plus. */
@@ -36,5 +41,9 @@ int ig_diff_ngram_prob(const ig_index *plus, const ig_index *minus, const uint32
 int ig_diff_score(const ig_index *plus, const ig_index *minus, const uint32_t *ids, int64_t n,
                   uint64_t *num, uint64_t *den, int64_t *suffix_len, uint8_t *sparse,
                   const int *cancel, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INFINIGRAM_DIFF_H */

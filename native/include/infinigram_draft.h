@@ -1,9 +1,10 @@
-/* infinigram_draft.h - draft continuations for speculative decoding.
+/* infinigram_draft.h - draft continuations for speculative decoding (part of infinigram.h:
+ * include that).
  *
  * A drafter proposes the next few tokens cheaply; the model verifies them all in one forward
  * pass and keeps the prefix it agrees with. Two sources:
  *
- *  - the ∞-gram (ig_draft_chain): from a decoding state (infinigram_batch.h, the longest suffix
+ *  - the ∞-gram (ig_draft_chain): from a decoding state (infinigram_state.h, the longest suffix
  *    of the context that occurs in the corpus), repeatedly take the most frequent next token of
  *    the matched suffix and narrow the suffix-array ranges by it. The match only grows along
  *    the draft, so each drafted token costs one narrowing (a binary search in a range that
@@ -21,8 +22,13 @@
  */
 #ifndef INFINIGRAM_DRAFT_H
 #define INFINIGRAM_DRAFT_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
 
-#include "infinigram.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define IG_DRAFT_EXACT_MAX 2048
 #define IG_DRAFT_SAMPLES 64
@@ -111,5 +117,9 @@ typedef struct {
 int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
                   const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
                   int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INFINIGRAM_DRAFT_H */

@@ -1,5 +1,5 @@
 /* infinigram_lm.h - the standalone ∞-gram language model's hot loops (scoring, smoothing,
- * sampling), on top of the engine of infinigram.h.
+ * sampling), on top of the engine (part of infinigram.h: include that).
  *
  * Everything here walks the forward suffix array only. For every position of a text the
  * ranges of ALL suffixes of its context (lengths 0..max_context) are kept, one row per length:
@@ -18,8 +18,13 @@
  */
 #ifndef INFINIGRAM_LM_H
 #define INFINIGRAM_LM_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
 
-#include "infinigram.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define IG_LM_INFGRAM 0 /* the ∞-gram: counts of the longest suffix that continues */
 #define IG_LM_BACKOFF 1 /* selective back-off interpolation (levels mixed with decay^i) */
@@ -116,5 +121,9 @@ int ig_lm_generate(ig_lm *lm, const ig_lm_config *cfg, const ig_lm_sampling *smp
    with N1+(. g) = k. types[n-1] (may be NULL) = distinct n-grams. O(tokens * max_n). */
 int ig_lm_count_of_counts(const ig_index *ix, int64_t max_n, int64_t kmax, uint64_t *raw,
                           uint64_t *cont, uint64_t *types, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INFINIGRAM_LM_H */

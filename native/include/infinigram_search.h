@@ -1,5 +1,6 @@
 /* infinigram_search.h - document search (the paper's SEARCHDOC, App. A.4-A.5): which documents
  * contain an n-gram, or satisfy a CNF of n-grams (an AND of clauses, each an OR of n-grams).
+ * (Part of infinigram.h: include that.)
  *
  * A CNF crosses the API flat: term k is ids[term_off[k] .. term_off[k+1]) (at least one token),
  * clause c is terms clause_off[c] .. clause_off[c+1]) (at least one term), clause_off[0] == 0 and
@@ -19,8 +20,13 @@
  */
 #ifndef INFINIGRAM_SEARCH_H
 #define INFINIGRAM_SEARCH_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
 
-#include "infinigram.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define IG_SEARCH_MAX_CLAUSES 64
 #define IG_SEARCH_MAX_TERMS 256
@@ -61,5 +67,9 @@ int ig_search_docs(const ig_index *ix, const uint32_t *ids, const int64_t *term_
 int ig_doc_spans(const ig_index *ix, int shard, int64_t doc, const uint32_t *ids,
                  const int64_t *term_off, int64_t n_terms, int64_t *offsets, int32_t *terms,
                  int64_t cap, int64_t *n_out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INFINIGRAM_SEARCH_H */

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "infinigram_batch.h"
 #include "batch_internal.h"
 #include "parallel.h"
 #include "state_internal.h"

@@ -6,7 +6,6 @@
  */
 #include <stdlib.h>
 
-#include "infinigram_diff.h"
 #include "query_internal.h"
 #include "backoff.h"
 

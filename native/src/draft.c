@@ -2,8 +2,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "infinigram_draft.h"
-#include "infinigram_batch.h"
 #include "state_internal.h"
 
 typedef struct {

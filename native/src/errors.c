@@ -1,4 +1,5 @@
-/* errors.c - error codes to messages, and the helper that fills a caller's message buffer. */
+/* errors.c - error codes to messages, the helper that fills a caller's message buffer, and the
+   API version the library was built with. */
 #include <stdio.h>
 
 #include "common.h"
@@ -26,3 +27,5 @@ const char *ig_strerror(int code) {
     default: return "unknown error";
     }
 }
+
+int ig_api_version(void) { return IG_API_VERSION; }

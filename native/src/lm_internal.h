@@ -3,7 +3,6 @@
 #ifndef IG_LM_INTERNAL_H
 #define IG_LM_INTERNAL_H
 
-#include "infinigram_lm.h"
 #include "query_internal.h"
 
 /* Ranges at most this large are handled by linear scans and never cached. */

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "infinigram_batch.h"
 #include "batch_internal.h"
 #include "ntd_cache.h"
 #include "parallel.h"

@@ -12,7 +12,6 @@
  */
 #include <stdlib.h>
 
-#include "infinigram_search.h"
 #include "query_internal.h"
 
 /* ---------------------------------------------------------------- small helpers */

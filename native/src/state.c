@@ -2,7 +2,6 @@
    extended one token at a time (see infinigram_batch.h). */
 #include <stdio.h>
 
-#include "infinigram_batch.h"
 #include "batch_internal.h"
 #include "parallel.h"
 #include "state_internal.h"

@@ -1,0 +1,56 @@
+/* infinigram_index.h - opening an index; its sizes, suffix-array positions and documents (part
+ * of infinigram.h: include that).
+ */
+#ifndef INFINIGRAM_INDEX_H
+#define INFINIGRAM_INDEX_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Open and validate shards (each a directory written by ig_writer_finish). All shards must
+   agree on token width and vocab size. The files are memory-mapped, not read. Each file is
+   opened inside its shard directory without following links or blocking, and must be a regular
+   file with one link (a link, FIFO or hard-linked file is IG_ERR_FORMAT naming it). */
+int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err,
+            size_t errlen);
+/* The same for shard directories the caller opened (descriptors; `shard_names` name them in
+   messages): with directories opened relative to each other without following links, nothing
+   of the index is ever reached through a link. The descriptors stay the caller's. */
+int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards,
+               char *err, size_t errlen);
+void ig_close(ig_index *ix);
+
+typedef struct {
+    int token_width;
+    uint32_t vocab_size;
+    uint32_t separator;
+    int n_shards;
+    uint64_t num_tokens; /* separators excluded */
+    uint64_t num_docs;
+} ig_info;
+void ig_get_info(const ig_index *ix, ig_info *info);
+/* Per-shard sizes: num_tokens (separators excluded), total_len (included), num_docs, sa width. */
+int ig_shard_info(const ig_index *ix, int shard, uint64_t *num_tokens, uint64_t *total_len,
+                  uint64_t *num_docs, int *sa_width);
+
+/* Map a corpus position (token offset inside shard) to (document index inside that shard,
+   offset inside the document). */
+int ig_locate(const ig_index *ix, int shard, int64_t pos, int64_t *doc, int64_t *offset,
+              char *err, size_t errlen);
+/* Suffix-array entry rank -> token position in shard. */
+int ig_sa_position(const ig_index *ix, int shard, int64_t rank, int64_t *pos, char *err,
+                   size_t errlen);
+/* Copy document `doc` of `shard` (separator excluded) into out[0..cap); *len_out = its length
+   (IG_ERR_CAPACITY if cap is too small). */
+int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_t cap,
+               int64_t *len_out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFINIGRAM_INDEX_H */
