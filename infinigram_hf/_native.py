@@ -14,6 +14,27 @@ except ImportError as exc:  # pragma: no cover - only when the package was not b
         "(or `pip install -e .`) so that cffi builds it"
     ) from exc
 
+# The C API this Python code calls: IG_API_VERSION of native/include/infinigram.h.
+C_API_VERSION = 1
+
+
+def check_api_version(core_lib, expected: int = C_API_VERSION) -> None:
+    """Refuse a compiled core built from other headers than this Python code expects (a stale
+    build left by an editable install, say): the version compiled into the binding, the one the
+    library reports and `expected` must agree."""
+    built = getattr(core_lib, "IG_API_VERSION", None)
+    reported = core_lib.ig_api_version() if hasattr(core_lib, "ig_api_version") else None
+    if built == reported == expected:
+        return
+    raise ImportError(
+        f"infinigram_hf's compiled C core does not match this Python code: it was built from C API "
+        f"version {built if built is not None else 'unknown (older than versioning)'} (the library "
+        f"reports {reported if reported is not None else 'none'}), this code needs version {expected}. "
+        "Rebuild it: `pip install -e .` (or `make native`) in the source tree, or reinstall the package")
+
+
+check_api_version(lib)
+
 ERR_LEN = 1024
 
 
