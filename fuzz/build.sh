@@ -25,7 +25,7 @@ CC=""
     if command -v "$cand" >/dev/null 2>&1 && has_libfuzzer "$cand"; then CC=$cand; break; fi
 done
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-COMMON="-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src $SAN"
+COMMON="-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src -Inative/tests $SAN"
 if [ -n "$CC" ]; then
     ENGINE=libfuzzer
     CFLAGS_ENGINE="$COMMON -fsanitize=fuzzer-no-link"

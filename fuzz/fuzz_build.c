@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int round = 0;
     char err[1024];
     fz_in in = {data, size, 0};
-    fz_corpus c;
+    ref_corpus c;
     memset(&c, 0, sizeof c);
     int sel = fz_u8(&in) % 3;
     c.width = sel == 0 ? 1 : sel == 1 ? 2 : 4;
@@ -58,11 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     c.n_shards = 1;
     c.shard_doc[0] = 0;
     c.shard_doc[1] = c.n_docs;
-    fz_corpus_texts(&c);
+    ref_corpus_texts(&c);
 
     /* write it in batches of documents, with a rejected batch now and then */
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/build%d", fz_tmpdir(), round++);
+    snprintf(dir, sizeof dir, "%s/build%d", ref_tmpdir(), round++);
     mkdir(dir, 0700);
     ig_writer *w = NULL;
     FZ_CHECK(ig_writer_new(&w, dir, c.width, c.vocab, err, sizeof err) == IG_OK, "writer_new: %s", err);
@@ -98,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(rc == IG_OK, "finish: %s", err);
     c.dirs[0] = strdup(dir);
     ig_index *ix = NULL;
-    FZ_CHECK(fz_corpus_open(&c, &ix) == IG_OK, "open of a fresh build failed");
+    FZ_CHECK(ref_corpus_open(&c, &ix) == IG_OK, "open of a fresh build failed");
 
     /* the suffix array: every token position once, in naive suffix order */
     uint64_t nt, tl, nd;
@@ -128,14 +128,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int64_t p = 0, tried = 0; p < c.text_len[0] && tried < 40; p += 1 + p / 8, tried++) {
         for (int64_t len = 0; len <= 4; len++) {
             const uint32_t *q = c.text[0] + p;
-            if (!fz_valid_ids(&c, q, len) || p + len > c.text_len[0]) break;
+            if (!ref_valid_ids(&c, q, len) || p + len > c.text_len[0]) break;
             uint64_t cnt;
-            FZ_CHECK(ig_count(ix, q, len, &cnt, err, sizeof err) == IG_OK && cnt == fz_naive_count(&c, q, len), "count");
+            FZ_CHECK(ig_count(ix, q, len, &cnt, err, sizeof err) == IG_OK && cnt == ref_naive_count(&c, q, len), "count");
             rc = ig_ntd(ix, q, len, toks, cnts, (int64_t)nt + 2, &n_out, &total, err, sizeof err);
             FZ_CHECK(rc == IG_OK && total == cnt, "ntd rc %d", rc);
             uint64_t sum = 0;
             for (int64_t i = 0; i < n_out; i++) {
-                uint64_t want = len ? fz_naive_count_next(&c, q, len, toks[i]) : fz_naive_count(&c, &toks[i], 1);
+                uint64_t want = len ? ref_naive_count_next(&c, q, len, toks[i]) : ref_naive_count(&c, &toks[i], 1);
                 FZ_CHECK(cnts[i] == want && (i == 0 || toks[i] > toks[i - 1]), "ntd entry %lld of a %lld-gram",
                          (long long)i, (long long)len);
                 sum += cnts[i];
@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     free(doc);
     ig_close(ix);
-    fz_rm_tree(dir);
-    fz_corpus_free(&c);
+    ref_rm_tree(dir);
+    ref_corpus_free(&c);
     return 0;
 }

@@ -9,9 +9,6 @@
  * return without reading outside the mapped files, looping forever or writing past its outputs.
  */
 #include "fz.h"
-#include "infinigram_batch.h"
-#include "infinigram_lm.h"
-#include "infinigram_search.h"
 
 static const char *const FILES[5] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
 
@@ -153,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *dp[2] = {dirs[0], dirs[1]};
     int have[2][5] = {{0}}, n_shards = 1;
     for (int s = 0; s < 2; s++) {
-        snprintf(dirs[s], sizeof dirs[s], "%s/open%d_%d", fz_tmpdir(), round, s);
+        snprintf(dirs[s], sizeof dirs[s], "%s/open%d_%d", ref_tmpdir(), round, s);
         mkdir(dirs[s], 0700);
     }
     round++;
@@ -183,6 +180,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int k = 0; k < 5; k++) named |= strstr(err, FILES[k]) != NULL;
         FZ_CHECK(named, "open error does not name a file: %s", err);
     }
-    for (int s = 0; s < 2; s++) fz_rm_tree(dirs[s]);
+    for (int s = 0; s < 2; s++) ref_rm_tree(dirs[s]);
     return 0;
 }

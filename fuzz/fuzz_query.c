@@ -6,26 +6,17 @@
  * is as long as the length passed with it), everything else is arbitrary: ids outside the
  * vocabulary or equal to the separator, negative or huge lengths, non-monotone offsets,
  * forged decoding states, NaN options. A call either fails cleanly (an IG_ERR_* code) or
- * answers; answers on valid input must equal the brute-force references of fz.h.
+ * answers; answers on valid input must equal the brute-force references of
+ * native/tests/reference.h.
  */
 #include <math.h>
 
 #include "fz.h"
-#include "infinigram_batch.h"
-#include "infinigram_diff.h"
-#include "infinigram_lm.h"
-#include "infinigram_search.h"
-#if defined(__has_include)
-#if __has_include("infinigram_draft.h")
-#include "infinigram_draft.h"
-#define FZ_HAVE_DRAFT 1
-#endif
-#endif
 
 #define MAXQ 48 /* longest query built */
 
 typedef struct {
-    fz_corpus c, minus; /* minus: a subset of c's documents (for the difference queries) */
+    ref_corpus c, minus; /* minus: a subset of c's documents (for the difference queries) */
     ig_index *ix, *mx;
     ig_lm *lm;
 } fixture;
@@ -33,7 +24,7 @@ typedef struct {
 static fixture fx[3];
 static char err[1024];
 
-static void subset_corpus(const fz_corpus *c, fz_corpus *m, int n_shards) {
+static void subset_corpus(const ref_corpus *c, ref_corpus *m, int n_shards) {
     memset(m, 0, sizeof *m);
     m->width = c->width;
     m->vocab = c->vocab;
@@ -47,18 +38,18 @@ static void subset_corpus(const fz_corpus *c, fz_corpus *m, int n_shards) {
     }
     m->n_shards = n_shards;
     for (int s = 0; s <= n_shards; s++) m->shard_doc[s] = m->n_docs * s / n_shards;
-    fz_corpus_texts(m);
+    ref_corpus_texts(m);
 }
 
 static void setup(fixture *f, int id, int width, uint32_t vocab, int64_t docs, int64_t max_doc, int shards,
                   int64_t ntd_cost) {
     char name[32];
-    fz_corpus_make(&f->c, width, vocab, docs, max_doc, shards, 1234567u + (uint64_t)id);
+    ref_corpus_make(&f->c, width, vocab, docs, max_doc, shards, 1234567u + (uint64_t)id);
     snprintf(name, sizeof name, "fx%d", id);
-    if (fz_corpus_write(&f->c, fz_tmpdir(), name, ntd_cost) || fz_corpus_open(&f->c, &f->ix)) abort();
+    if (ref_corpus_write(&f->c, ref_tmpdir(), name, ntd_cost) || ref_corpus_open(&f->c, &f->ix)) abort();
     subset_corpus(&f->c, &f->minus, shards > 1 ? 2 : 1);
     snprintf(name, sizeof name, "fx%d_minus", id);
-    if (fz_corpus_write(&f->minus, fz_tmpdir(), name, ntd_cost) || fz_corpus_open(&f->minus, &f->mx)) abort();
+    if (ref_corpus_write(&f->minus, ref_tmpdir(), name, ntd_cost) || ref_corpus_open(&f->minus, &f->mx)) abort();
     if (ig_lm_new(&f->lm, f->ix, 24, 1024, err, sizeof err)) abort();
 }
 
@@ -115,7 +106,7 @@ static void read_batch(fz_in *in, const fixture *f, batch *b) {
 
 /* A valid row of a batch (offsets checked by the caller's rc). */
 static int batch_row_ok(const fixture *f, const batch *b, int64_t i) {
-    return fz_valid_ids(&f->c, b->values + b->offsets[i], b->offsets[i + 1] - b->offsets[i]);
+    return ref_valid_ids(&f->c, b->values + b->offsets[i], b->offsets[i + 1] - b->offsets[i]);
 }
 
 static int batch_offsets_ok(const batch *b) {
@@ -137,9 +128,9 @@ static void check_ntd(const fixture *f, const uint32_t *q, int64_t len, const ui
         uint64_t want;
         if (len == 0) {
             uint32_t one = toks[i];
-            want = fz_naive_count(&f->c, &one, 1);
+            want = ref_naive_count(&f->c, &one, 1);
         } else {
-            want = fz_naive_count_next(&f->c, q, len, toks[i]);
+            want = ref_naive_count_next(&f->c, q, len, toks[i]);
         }
         FZ_CHECK(cnts[i] == want, "ntd count of %u: %llu, naive %llu", toks[i], (unsigned long long)cnts[i],
                  (unsigned long long)want);
@@ -151,11 +142,11 @@ static void check_ntd(const fixture *f, const uint32_t *q, int64_t len, const ui
 static void op_single(const fixture *f, fz_in *in) {
     uint32_t q[MAXQ];
     int64_t len, n = read_query(in, f, q, &len);
-    int valid = len >= 0 && fz_valid_ids(&f->c, q, n);
+    int valid = len >= 0 && ref_valid_ids(&f->c, q, n);
     uint64_t count = 0;
     int rc = ig_count(f->ix, q, len, &count, err, sizeof err);
     FZ_CHECK(valid ? rc == IG_OK : rc == IG_ERR_ARG, "count rc %d (valid %d)", rc, valid);
-    uint64_t want = valid ? fz_naive_count(&f->c, q, n) : 0;
+    uint64_t want = valid ? ref_naive_count(&f->c, q, n) : 0;
     if (valid) FZ_CHECK(count == want, "count %llu, naive %llu", (unsigned long long)count, (unsigned long long)want);
     int64_t fast = ig_count_fast(f->ix, q, len);
     FZ_CHECK(valid ? fast == (int64_t)want : fast < 0, "count_fast %lld", (long long)fast);
@@ -187,7 +178,7 @@ static void op_single(const fixture *f, fz_in *in) {
     int64_t sl = -1;
     rc = ig_infgram_suffix(f->ix, q, len, &sl, err, sizeof err);
     if (valid) {
-        int64_t w = fz_naive_suffix(&f->c, q, n, n);
+        int64_t w = ref_naive_suffix(&f->c, q, n, n);
         FZ_CHECK(rc == IG_OK && sl == w, "infgram suffix %lld, naive %lld", (long long)sl, (long long)w);
     }
     uint32_t token = fz_tok(in, f->c.vocab);
@@ -200,11 +191,11 @@ static void op_single(const fixture *f, fz_in *in) {
         uint32_t qt[MAXQ + 1];
         memcpy(qt, q + n - d, (size_t)d * sizeof *qt);
         qt[d] = token;
-        FZ_CHECK(p.prompt_count == fz_naive_count(&f->c, q + n - d, d) && p.count == fz_naive_count(&f->c, qt, d + 1),
+        FZ_CHECK(p.prompt_count == ref_naive_count(&f->c, q + n - d, d) && p.count == ref_naive_count(&f->c, qt, d + 1),
                  "infgram_prob counts");
         memcpy(qt, q, (size_t)n * sizeof *qt);
         qt[n] = token;
-        FZ_CHECK(pn.prompt_count == want && pn.count == fz_naive_count(&f->c, qt, n + 1), "ngram_prob counts");
+        FZ_CHECK(pn.prompt_count == want && pn.count == ref_naive_count(&f->c, qt, n + 1), "ngram_prob counts");
     } else {
         FZ_CHECK(rc1 == IG_ERR_ARG && rc2 == IG_ERR_ARG, "prob accepted bad ids (%d %d)", rc1, rc2);
     }
@@ -238,7 +229,7 @@ static void op_batch(const fixture *f, fz_in *in) {
     int rc = ig_count_batch(f->ix, b.values, b.n_values, b.offsets, b.n, counts, threads, err, sizeof err);
     FZ_CHECK(ok ? rc == IG_OK : rc == IG_ERR_ARG, "count_batch rc %d ok %d: %s", rc, ok, err);
     for (int64_t i = 0; ok && i < b.n; i++)
-        FZ_CHECK(counts[i] == fz_naive_count(&f->c, b.values + b.offsets[i], b.offsets[i + 1] - b.offsets[i]),
+        FZ_CHECK(counts[i] == ref_naive_count(&f->c, b.values + b.offsets[i], b.offsets[i + 1] - b.offsets[i]),
                  "count_batch row %lld", (long long)i);
 
     uint32_t tokens[16];
@@ -314,8 +305,8 @@ static void op_batch(const fixture *f, fz_in *in) {
         for (int64_t i = 0; rc == IG_OK && i < rows; i++) {
             const uint32_t *q = b.values + b.offsets[i];
             int64_t len = b.offsets[i + 1] - b.offsets[i], d = rsl[i];
-            FZ_CHECK(mode == IG_NTD_INFGRAM ? d == fz_naive_suffix(&f->c, q, len, len) : d == len, "row suffix");
-            FZ_CHECK(tot[i] == fz_naive_count(&f->c, q + len - d, d), "row total");
+            FZ_CHECK(mode == IG_NTD_INFGRAM ? d == ref_naive_suffix(&f->c, q, len, len) : d == len, "row suffix");
+            FZ_CHECK(tot[i] == ref_naive_count(&f->c, q + len - d, d), "row total");
             if (getenv("FZ_DEBUG")) {
                 fprintf(stderr, "row %lld mode %d support %lld d %lld total %llu approx %d entries %lld ctx:",
                         (long long)i, mode, (long long)max_support, (long long)d, (unsigned long long)tot[i], apx[i],
@@ -393,7 +384,7 @@ static void op_state(const fixture *f, fz_in *in) {
     rc = ig_state_prob(f->ix, st, token, &p, err, sizeof err);
     if (state_ok(f, st) && token < f->c.vocab) FZ_CHECK(rc == IG_OK, "state_prob rc %d", rc);
     /* a real context: state + extension == state of the longer context, and prob == infgram_prob */
-    if (len >= 1 && fz_valid_ids(&f->c, ctx, n)) {
+    if (len >= 1 && ref_valid_ids(&f->c, ctx, n)) {
         ig_state_init(f->ix, ctx, n - 1, st, err, sizeof err);
         FZ_CHECK(ig_state_extend(f->ix, st, ctx, n, out, err, sizeof err) == IG_OK, "extend: %s", err);
         ig_state_init(f->ix, ctx, n, out2, err, sizeof err);
@@ -440,7 +431,6 @@ static void op_state(const fixture *f, fz_in *in) {
         free(ct);
         ig_ntd_batch_free(nb);
     }
-#ifdef FZ_HAVE_DRAFT
     {
         uint32_t dt[16];
         uint64_t dc[16], dtot[16], total;
@@ -456,13 +446,12 @@ static void op_state(const fixture *f, fz_in *in) {
         for (int64_t i = 0; i < n; i++) seq[i] = ctx[i] % 4;
         ig_draft_lookup(seq, n, fz_len(in, 4), fz_len(in, 8), fz_u8(in) % 17, dout, &dn, &dpos);
     }
-#endif
 }
 
 /* ------------------------------------------------------------------ document search */
 
 /* Does doc d contain term t? Positions into pos (its start offsets), returns how many. */
-static int64_t term_positions(const fz_corpus *c, int64_t d, const uint32_t *t, int64_t len, int64_t *pos,
+static int64_t term_positions(const ref_corpus *c, int64_t d, const uint32_t *t, int64_t len, int64_t *pos,
                               int64_t cap) {
     const uint32_t *x = c->ids + c->offsets[d];
     int64_t dl = c->offsets[d + 1] - c->offsets[d], n = 0;
@@ -471,7 +460,7 @@ static int64_t term_positions(const fz_corpus *c, int64_t d, const uint32_t *t, 
     return n;
 }
 
-static int naive_match(const fz_corpus *c, int64_t d, const uint32_t *ids, const int64_t *toff,
+static int naive_match(const ref_corpus *c, int64_t d, const uint32_t *ids, const int64_t *toff,
                        const int64_t *coff, int64_t nc, int64_t D) {
     static int64_t pos[256][64];
     static int64_t npos[256];
@@ -529,7 +518,7 @@ static void op_search(const fixture *f, fz_in *in) {
                        pass_nc <= IG_SEARCH_MAX_CLAUSES;
     for (int64_t t = 0; structure_ok && t < pass_nt; t++)
         structure_ok = toff[t] >= 0 && toff[t + 1] > toff[t] &&
-                       fz_valid_ids(&f->c, ids + toff[t], toff[t + 1] - toff[t]);
+                       ref_valid_ids(&f->c, ids + toff[t], toff[t + 1] - toff[t]);
     if (structure_ok) structure_ok = coff[0] == 0 && coff[pass_nc] == pass_nt;
     for (int64_t c = 0; structure_ok && c < pass_nc; c++) structure_ok = coff[c + 1] > coff[c];
     ig_search_opts o;
@@ -625,15 +614,15 @@ static void op_docs(const fixture *f, fz_in *in) {
 static void op_diff(const fixture *f, fz_in *in) {
     uint32_t q[MAXQ];
     int64_t len, n = read_query(in, f, q, &len);
-    int valid = len >= 0 && fz_valid_ids(&f->c, q, n);
+    int valid = len >= 0 && ref_valid_ids(&f->c, q, n);
     /* plus minus minus, or (rarely) the reverse, which is not a subset */
     int rev = fz_u8(in) > 240;
     const ig_index *P = rev ? f->mx : f->ix, *M = rev ? f->ix : f->mx;
-    const fz_corpus *pc = rev ? &f->minus : &f->c, *mc = rev ? &f->c : &f->minus;
+    const ref_corpus *pc = rev ? &f->minus : &f->c, *mc = rev ? &f->c : &f->minus;
     uint64_t count;
     int rc = ig_diff_count(P, M, q, len, &count, err, sizeof err);
     if (valid) {
-        int64_t net = (int64_t)fz_naive_count(pc, q, n) - (int64_t)fz_naive_count(mc, q, n);
+        int64_t net = (int64_t)ref_naive_count(pc, q, n) - (int64_t)ref_naive_count(mc, q, n);
         FZ_CHECK(net < 0 ? rc == IG_ERR_ARG : (rc == IG_OK && (int64_t)count == net), "diff_count");
     }
     int64_t cap = fz_len(in, 12);
@@ -692,7 +681,7 @@ static void op_lm(fixture *f, fz_in *in) {
     }
     uint32_t q[MAXQ];
     int64_t len, n = read_query(in, f, q, &len);
-    int valid = len >= 0 && fz_valid_ids(&f->c, q, n);
+    int valid = len >= 0 && ref_valid_ids(&f->c, q, n);
     double prob[MAXQ];
     int64_t sl[MAXQ];
     uint8_t sp[MAXQ];

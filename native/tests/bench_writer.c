@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "infinigram.h"
-#include "infinigram_batch.h"
 
 static double now(clockid_t clk) {
     struct timespec ts;

@@ -8,7 +8,7 @@ CC=${CC:-gcc}
 SANITIZE=${SANITIZE-address,undefined}
 OUT=${OUT:-build/native-tests}
 mkdir -p "$OUT"
-FLAGS=(-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src -Ifuzz -fno-omit-frame-pointer)
+FLAGS=(-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src -fno-omit-frame-pointer)
 [ -n "$SANITIZE" ] && FLAGS+=("-fsanitize=$SANITIZE" -fno-sanitize-recover=undefined)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

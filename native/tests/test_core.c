@@ -9,16 +9,12 @@
  *    offsets: opening fails with a message naming the file, or the queries answer without any
  *    read outside the mappings (the sanitizers watch).
  *
+ * The corpora and brute-force references are native/tests/reference.h (shared with fuzz/).
  * Exit status 0 when every check passed.
  */
 #include <math.h>
 
-#include "fz.h"
-#include "infinigram_batch.h"
-#include "infinigram_diff.h"
-#include "infinigram_draft.h"
-#include "infinigram_lm.h"
-#include "infinigram_search.h"
+#include "reference.h"
 
 static int failures, checks;
 static char err[1024];
@@ -36,7 +32,7 @@ static char err[1024];
 
 /* ------------------------------------------------------------------ queries vs brute force */
 
-static void test_queries(const fz_corpus *c, ig_index *ix) {
+static void test_queries(const ref_corpus *c, ig_index *ix) {
     /* every n-gram (n <= 4) starting at every 3rd position, plus one token changed */
     uint32_t toks[1024];
     uint64_t cnts[1024];
@@ -46,8 +42,8 @@ static void test_queries(const fz_corpus *c, ig_index *ix) {
                 uint32_t q[5];
                 memcpy(q, c->text[s] + p, (size_t)len * sizeof *q);
                 if (len && (p & 1)) q[len - 1] = (q[len - 1] + 1) % c->vocab;
-                if (!fz_valid_ids(c, q, len)) break;
-                uint64_t cnt = 0, want = fz_naive_count(c, q, len), total;
+                if (!ref_valid_ids(c, q, len)) break;
+                uint64_t cnt = 0, want = ref_naive_count(c, q, len), total;
                 CHECK(ig_count(ix, q, len, &cnt, err, sizeof err) == IG_OK && cnt == want, "count %llu want %llu",
                       (unsigned long long)cnt, (unsigned long long)want);
                 int64_t n = 0;
@@ -55,14 +51,14 @@ static void test_queries(const fz_corpus *c, ig_index *ix) {
                 CHECK(rc == IG_OK && total == want, "ntd rc %d", rc);
                 uint64_t sum = 0;
                 for (int64_t i = 0; rc == IG_OK && i < n; i++) {
-                    uint64_t w = len ? fz_naive_count_next(c, q, len, toks[i]) : fz_naive_count(c, &toks[i], 1);
+                    uint64_t w = len ? ref_naive_count_next(c, q, len, toks[i]) : ref_naive_count(c, &toks[i], 1);
                     CHECK(cnts[i] == w, "ntd entry");
                     sum += cnts[i];
                 }
                 CHECK(sum == total, "ntd sum");
                 int64_t sl = -1;
                 ig_infgram_suffix(ix, q, len, &sl, err, sizeof err);
-                CHECK(sl == fz_naive_suffix(c, q, len, len), "suffix");
+                CHECK(sl == ref_naive_suffix(c, q, len, len), "suffix");
             }
         }
     }
@@ -86,7 +82,7 @@ static void test_queries(const fz_corpus *c, ig_index *ix) {
 
 /* ------------------------------------------------------------------ batches and states */
 
-static void test_batches(const fz_corpus *c, ig_index *ix) {
+static void test_batches(const ref_corpus *c, ig_index *ix) {
     int64_t n = c->n_docs < 16 ? c->n_docs : 16;
     const int64_t *offsets = c->offsets;
     uint64_t base[16], other[16];
@@ -97,7 +93,7 @@ static void test_batches(const fz_corpus *c, ig_index *ix) {
         CHECK(!memcmp(base, other, (size_t)n * sizeof *base), "count_batch threads %d", t);
     }
     for (int64_t i = 0; i < n; i++)
-        CHECK(base[i] == fz_naive_count(c, c->ids + offsets[i], offsets[i + 1] - offsets[i]), "count_batch row");
+        CHECK(base[i] == ref_naive_count(c, c->ids + offsets[i], offsets[i + 1] - offsets[i]), "count_batch row");
     /* distributions of a batch with sampling: every row's counts add up to its total */
     for (int64_t support = 0; support <= 4; support += 2) {
         ig_ntd_batch *b = NULL;
@@ -174,7 +170,7 @@ static void test_batches(const fz_corpus *c, ig_index *ix) {
 
 /* ------------------------------------------------------------------ hostile arguments */
 
-static void test_arguments(const fz_corpus *c, ig_index *ix) {
+static void test_arguments(const ref_corpus *c, ig_index *ix) {
     uint32_t q[4] = {0, 1, c->vocab, c->sep};
     uint64_t cnt;
     int64_t n, lo[4], hi[4];
@@ -301,10 +297,10 @@ static void query_damaged(ig_index *ix) {
     }
 }
 
-static void test_damaged_files(const fz_corpus *c) {
+static void test_damaged_files(const ref_corpus *c) {
     static const char *const names[] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
     char dir[4096], src[4200], dst[4200];
-    snprintf(dir, sizeof dir, "%s/damaged", fz_tmpdir());
+    snprintf(dir, sizeof dir, "%s/damaged", ref_tmpdir());
     mkdir(dir, 0700);
     int opened = 0, refused = 0;
     for (int k = 0; k < 5; k++) {
@@ -352,7 +348,7 @@ static void test_damaged_files(const fz_corpus *c) {
    call) against states searched from scratch. Runs, periodic stretches with a defect and copies
    of a document, in two shards. */
 static void test_repetitive(void) {
-    fz_corpus c;
+    ref_corpus c;
     memset(&c, 0, sizeof c);
     c.width = 2;
     c.vocab = 50;
@@ -380,11 +376,11 @@ static void test_repetitive(void) {
     c.offsets[6] = k;
     c.n_shards = 2;
     c.shard_doc[0] = 0, c.shard_doc[1] = 3, c.shard_doc[2] = 6;
-    fz_corpus_texts(&c);
+    ref_corpus_texts(&c);
     ig_index *ix = NULL;
-    if (fz_corpus_write(&c, fz_tmpdir(), "repetitive", 0) || fz_corpus_open(&c, &ix)) {
+    if (ref_corpus_write(&c, ref_tmpdir(), "repetitive", 0) || ref_corpus_open(&c, &ix)) {
         CHECK(0, "repetitive corpus");
-        fz_corpus_free(&c);
+        ref_corpus_free(&c);
         return;
     }
     /* queries: runs past the corpus's, periodic past it, the document repeated, and a mix */
@@ -409,7 +405,7 @@ static void test_repetitive(void) {
                   (long long)sl[i], (long long)p.suffix_len);
         }
         for (int64_t i = 0; i < QN; i += 151) /* the reference itself, by brute force */
-            CHECK(sl[i] == fz_naive_suffix(&c, q[j], i, i), "repetitive naive suffix");
+            CHECK(sl[i] == ref_naive_suffix(&c, q[j], i, i), "repetitive naive suffix");
         /* decoding states: one token a call, and 1..64 tokens a call */
         int64_t st[6], one[6], many[6], want[6];
         ig_state_init(ix, q[j], 0, st, err, sizeof err);
@@ -428,7 +424,7 @@ static void test_repetitive(void) {
         }
     }
     ig_close(ix);
-    fz_corpus_free(&c);
+    ref_corpus_free(&c);
 }
 
 int main(void) {
@@ -439,19 +435,19 @@ int main(void) {
         int64_t ntd_cost;
     } cases[] = {{1, 7, 1, 2}, {2, 300, 3, 0}, {4, 70000, 2, 1}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        fz_corpus c;
+        ref_corpus c;
         char name[32];
-        fz_corpus_make(&c, cases[k].width, cases[k].vocab, 30, 50, cases[k].shards, 99 + k);
+        ref_corpus_make(&c, cases[k].width, cases[k].vocab, 30, 50, cases[k].shards, 99 + k);
         snprintf(name, sizeof name, "case%zu", k);
         ig_index *ix = NULL;
-        if (fz_corpus_write(&c, fz_tmpdir(), name, cases[k].ntd_cost) || fz_corpus_open(&c, &ix)) return 2;
+        if (ref_corpus_write(&c, ref_tmpdir(), name, cases[k].ntd_cost) || ref_corpus_open(&c, &ix)) return 2;
         printf("corpus %zu: width %d, vocab %u, %d shards\n", k, cases[k].width, cases[k].vocab, cases[k].shards);
         test_queries(&c, ix);
         test_batches(&c, ix);
         test_arguments(&c, ix);
         ig_close(ix);
         if (k != 1) test_damaged_files(&c);
-        fz_corpus_free(&c);
+        ref_corpus_free(&c);
     }
     test_repetitive();
     printf("test_core: %d checks, %d failures\n", checks, failures);
