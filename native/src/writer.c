@@ -13,7 +13,6 @@
 #endif
 
 #include "common.h"
-#include "infinigram_batch.h"
 #include "async_write.h"
 #include "ntd_cache.h"
 #include "prefault.h"
