@@ -50,7 +50,7 @@ class DecodingState:
     """The longest occurring suffix of a context, as plain data.
 
     ``values`` is ``[suffix_len, count, lo_0, hi_0, lo_1, hi_1, ...]`` (int64; suffix-array range
-    per shard), exactly what the C core reads (`ig_state_*` in infinigram_batch.h).
+    per shard), exactly what the C core reads (`ig_state_*` in infinigram_state.h).
     """
 
     values: np.ndarray
