@@ -132,13 +132,8 @@ int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens,
     if (max_tokens < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_tokens must be >= 0, got %lld", (long long)max_tokens);
     *n_out = 0;
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) {
-        ig_scratch_free(&sc);
-        return (int)l;
-    }
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
     chain_rule rule = {min_count, min_share, min_joint, eos_id};
     *n_out = greedy_chain(ix, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL,
                           counts, totals);
@@ -153,13 +148,8 @@ int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint3
     *n_out = 0;
     *total = 0;
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) {
-        ig_scratch_free(&sc);
-        return (int)l;
-    }
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
     tc *best = k > 0 ? malloc((size_t)k * sizeof *best) : NULL;
     if (k > 0 && !best) {
         ig_scratch_free(&sc);
@@ -222,11 +212,10 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
     if (n_new < 0 || n_new > len)
         return ig_fail(err, errlen, IG_ERR_ARG, "n_new must be in [0, %lld], got %lld", (long long)len, (long long)n_new);
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) rc = (int)l;
-    else if (len - n_new < l)
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
+    int rc = IG_OK;
+    if (len - n_new < l)
         rc = ig_fail(err, errlen, IG_ERR_ARG, "the context given has %lld tokens before the new ones; the state's "
                      "matched suffix needs %lld", (long long)(len - n_new), (long long)l);
     else rc = ig_check_ids(ix, ctx + len - n_new - l, l + n_new, "context", err, errlen);
@@ -320,12 +309,7 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     ig_range *cur = NULL, *next = NULL;
     if (use_inf) {
         if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
-        if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
-        l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-        if (l < 0) {
-            ig_scratch_free(&sc);
-            return (int)l;
-        }
+        if ((l = ig_state_begin(ix, state, &sc, err, errlen)) < 0) return (int)l;
         cur = sc.a;
         next = sc.b;
         if ((rc = advance(ix, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen))) {
@@ -388,13 +372,8 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
         return ig_fail(err, errlen, IG_ERR_ARG, "max_nodes, max_depth and width must be >= 0");
     *n_out = 0;
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) {
-        ig_scratch_free(&sc);
-        return (int)l;
-    }
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
     if (l == 0 || max_nodes == 0 || max_depth == 0 || width == 0) {
         ig_scratch_free(&sc);
         return IG_OK;

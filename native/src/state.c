@@ -1,5 +1,5 @@
 /* state.c - decoding states: the longest occurring suffix of a context as plain int64 data,
-   extended one token at a time (see infinigram_batch.h). */
+   extended one token at a time (see infinigram_state.h). */
 #include <stdio.h>
 
 #include "batch_internal.h"
@@ -37,6 +37,14 @@ void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, 
     }
     state[0] = suffix_len;
     state[1] = (int64_t)c;
+}
+
+int64_t ig_state_begin(const ig_index *ix, const int64_t *state, ig_scratch *sc, char *err, size_t errlen) {
+    int rc = ig_scratch_init(sc, ix ? ix->n_shards : 1, err, errlen);
+    if (rc) return rc;
+    int64_t l = ig_state_load(ix, state, sc->a, "state", err, errlen);
+    if (l < 0) ig_scratch_free(sc);
+    return l;
 }
 
 int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err, size_t errlen) {
@@ -84,11 +92,9 @@ int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ct
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) rc = (int)l;
-    else rc = check_extend(ix, l, ctx, len, "context", err, errlen);
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
+    int rc = check_extend(ix, l, ctx, len, "context", err, errlen);
     ig_lce_memo *memo = NULL;
     if (!rc) extend(ix, &sc, l, ctx, len, out, &memo);
     ig_lce_memo_free(memo);
@@ -99,11 +105,9 @@ int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ct
 int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out, char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix ? ix->n_shards : 1, err, errlen);
-    if (rc) return rc;
-    int64_t l = ig_state_load(ix, state, sc.a, "state", err, errlen);
-    if (l < 0) rc = (int)l;
-    else rc = ig_check_ids(ix, &token, 1, "token", err, errlen);
+    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    if (l < 0) return (int)l;
+    int rc = ig_check_ids(ix, &token, 1, "token", err, errlen);
     if (!rc) ig_prob_from_ranges(ix, sc.a, l, token, sc.b, out);
     ig_scratch_free(&sc);
     return rc;

@@ -11,6 +11,9 @@
 int64_t ig_state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
                       size_t errlen);
 void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, int64_t *state);
+/* The start of a call on one state: scratch for ix's shards, the state loaded into sc->a (its
+   suffix length returned). On failure the negative code, with nothing left to free. */
+int64_t ig_state_begin(const ig_index *ix, const int64_t *state, ig_scratch *sc, char *err, size_t errlen);
 
 /* Check n states up front, so that workers never fail on them (messages name states[i]); with
    values, also that context i (values[offsets[i] .. offsets[i+1])) holds the state's matched
