@@ -271,7 +271,8 @@ static int advance(const ig_index *ix, int64_t *l_io, ig_range **cur, ig_range *
     if (bad >= first)
         return ig_fail(err, errlen, IG_ERR_ARG, "state: its matched suffix holds id %lld at position %lld",
                        (long long)seq[bad], (long long)bad);
-    int64_t base = context_start(ix, seq, first, n, eos_id), from = n - n_new; /* ctx[j] = seq[base + j] */
+    int64_t from = n - n_new, base = context_start(ix, seq, from, n, eos_id); /* ctx[j] = seq[base + j] */
+    if (base == from) base = first; /* no boundary among the new tokens: the context holds the matched suffix */
     if (base > from) { /* a new document among the new tokens: its context starts empty */
         l = 0;
         for (int i = 0; i < ix->n_shards; i++) (*cur)[i] = (ig_range){0, ix->shards[i].num_tokens};

@@ -80,6 +80,52 @@ static void test_queries(const ref_corpus *c, ig_index *ix) {
     }
 }
 
+/* ------------------------------------------------------------------ decoding steps */
+
+/* ig_draft_step over a sequence of model ids cut by document boundaries (eos_id, ids the index
+   cannot hold): after every step the state is that of the context after the last boundary, and
+   an ∞-gram-only draft is ig_draft_chain's from that state; a state whose matched suffix would
+   hold a boundary is refused. */
+static void test_draft_steps(const ref_corpus *c, ig_index *ix) {
+    enum { SEQ = 400 };
+    int64_t seq[SEQ], eos = c->vocab > 3 ? 3 : 0;
+    uint64_t x = 7;
+    for (int64_t i = 0; i < SEQ; i++) { /* corpus text, now and then a boundary */
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        seq[i] = x % 23 == 0 ? eos : x % 31 == 0 ? (int64_t)c->vocab + (int64_t)(x % 3) : (int64_t)c->ids[i % c->offsets[c->n_docs]];
+    }
+    ig_draft_params p = {6, 1, 0.0, 1, 0.0, 0.0, 0, 0, IG_DRAFT_INFGRAM, eos, -1, -1};
+    int64_t st[8], want[8], out[6], n_out, match;
+    uint64_t counts[6], totals[6];
+    int source;
+    uint32_t ctx[SEQ], chain[6];
+    CHECK(ig_state_init(ix, NULL, 0, st, err, sizeof err) == IG_OK, "%s", err);
+    for (int64_t n = 0, step = 0; n < SEQ; step++) {
+        int64_t add = 1 + step % 4;
+        if (n + add > SEQ) add = SEQ - n;
+        n += add;
+        CHECK(ig_draft_step(ix, st, seq, n, add, &p, 6, out, counts, totals, &n_out, &match, &source, err, sizeof err) ==
+                  IG_OK, "draft_step at %lld: %s", (long long)n, err);
+        int64_t b = n; /* the context after the last boundary */
+        while (b > 0 && !(seq[b - 1] == eos || seq[b - 1] >= (int64_t)c->vocab)) b--;
+        for (int64_t i = b; i < n; i++) ctx[i - b] = (uint32_t)seq[i];
+        ig_state_init(ix, ctx, n - b, want, err, sizeof err);
+        CHECK(!memcmp(st, want, (size_t)ig_state_size(ix) * sizeof *st), "draft_step state at %lld", (long long)n);
+        int64_t nc = 0;
+        ig_draft_chain(ix, st, 6, 1, 0.0, 0.0, eos, chain, NULL, NULL, &nc, err, sizeof err);
+        int same = nc == n_out && (n_out == 0 || (source == IG_DRAFT_INFGRAM && match == st[0]));
+        for (int64_t i = 0; same && i < n_out; i++) same = out[i] == (int64_t)chain[i];
+        CHECK(same, "draft_step draft at %lld: %lld tokens, chain %lld", (long long)n, (long long)n_out, (long long)nc);
+    }
+    /* the state of one token, stepped over a sequence whose token before the new one is eos */
+    uint32_t t = c->ids[0];
+    int64_t bad[3] = {(int64_t)t, eos, (int64_t)t};
+    if (c->offsets[c->n_docs] > 0 && (int64_t)t != eos && ig_state_init(ix, &t, 1, st, err, sizeof err) == IG_OK &&
+        st[0] == 1)
+        CHECK(ig_draft_step(ix, st, bad, 3, 1, &p, 6, out, NULL, NULL, &n_out, &match, &source, err, sizeof err) ==
+                  IG_ERR_ARG && strstr(err, "matched suffix holds"), "boundary inside the matched suffix: %s", err);
+}
+
 /* ------------------------------------------------------------------ batches and states */
 
 static void test_batches(const ref_corpus *c, ig_index *ix) {
@@ -445,6 +491,7 @@ int main(void) {
         test_queries(&c, ix);
         test_batches(&c, ix);
         test_arguments(&c, ix);
+        test_draft_steps(&c, ix);
         ig_close(ix);
         if (k != 1) test_damaged_files(&c);
         ref_corpus_free(&c);
