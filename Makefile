@@ -121,9 +121,9 @@ fuzz-long: fuzz-deps
 
 soak: venv-test
 	INFINIGRAM_SOAK_SECONDS=$(SOAK_SECONDS) $(TEST_VENV)/bin/python -m pytest -q -s -p no:cacheprovider \
-	  tests/test_load.py $(PYTEST_ARGS)
+	  tests/index/test_load.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf build dist *.egg-info infinigram_hf/_core.c infinigram_hf/_core*.so \
+	rm -rf build dist *.egg-info infinigram_hf/_core/_lib.c infinigram_hf/_core/_lib*.so \
 	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV) $(SAN_VENV)
 	find . -name __pycache__ -type d -not -path './.venv*' -prune -exec rm -rf {} +

@@ -1,5 +1,5 @@
 """Exceptions raised by infinigram_hf."""
-from ._safe_text import printable
+from .safe_text import printable
 
 
 class InfiniGramError(Exception):

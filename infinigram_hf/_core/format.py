@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
-from ._index_files import IndexDir, read_exactly
+from .index_files import IndexDir, read_exactly
 from .errors import IndexFormatError, InfiniGramError
 
 FORMAT_NAME = "infinigram_hf-index"

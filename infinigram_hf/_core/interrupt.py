@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ._native import ffi
+from .native import ffi
 
 # Work (tokens) from which a call runs in a helper thread: dense scoring takes ~1 µs a token on
 # ordinary text, so a call below this returns within a fraction of a second anyway.

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._safe_text import printable
+from .safe_text import printable
 from .errors import IndexFormatError, InfiniGramError
 
 try:
-    from ._core import ffi, lib
+    from ._lib import ffi, lib
 except ImportError as exc:  # pragma: no cover - only when the package was not built
     raise ImportError(
         "infinigram_hf's C core is not compiled; install the package with `pip install .` "

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any, List, Optional, Sequence
 
-from ._safe_text import printable
+from .safe_text import printable
 
 BYTES_NAME = "bytes-utf8"
 # Valid UTF-8 never contains the byte 0xFF, so it is free to be the 8-bit document separator.

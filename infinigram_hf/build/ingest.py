@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._shard_writer import ShardWriter
+from .shard_writer import ShardWriter
 
 CHUNK_TOKENS = 1 << 20  # tokens converted at a time (a few MiB of arrays)
 

@@ -24,13 +24,13 @@ from typing import Any, Iterator, List, Optional, Sequence, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import format as fmt
-from . import tokenization as tk
-from ._ingest import ByteText, ShardFeeder
-from ._native import lib
-from ._publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
-from ._shard_writer import ShardWriter
-from .index import InfiniGramIndex
+from .._core import format as fmt
+from .._core import tokenization as tk
+from .ingest import ByteText, ShardFeeder
+from .._core.native import lib
+from .publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
+from .shard_writer import ShardWriter
+from ..index.infinigram_index import InfiniGramIndex
 from .sources import Batch, iter_batches, source_length, source_paths
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -344,6 +344,6 @@ def _reject_text(batch: Batch) -> bool:
 
 
 def _version() -> str:
-    from . import __version__
+    from .._version import __version__
 
     return __version__

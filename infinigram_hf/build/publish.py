@@ -28,9 +28,9 @@ import uuid
 from pathlib import Path
 from typing import Iterable, List, Optional, Union
 
-from . import format as fmt
-from ._atomic import exchange
-from ._safe_text import printable
+from .._core import format as fmt
+from .atomic import exchange
+from .._core.safe_text import printable
 
 BUILD_MARKER = ".infinigram-build"
 _STALE_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|journal)-(?P<pid>[0-9]{1,10})-(?P<tag>[0-9a-f]{8})$")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, lib, ptr
 
 
 def shard_peak_bytes(total_len: int, token_width: int) -> int:

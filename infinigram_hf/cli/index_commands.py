@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
-from ._safe_text import printable, printable_json
-from .errors import InfiniGramError, TokenizerMismatchError
+from .._core.safe_text import printable, printable_json
+from .._core.errors import InfiniGramError, TokenizerMismatchError
 
 PROG = "infinigram-hf"
 EXIT_USAGE = 2
@@ -87,7 +87,7 @@ def parse_columns(text: Optional[str]) -> List[str]:
 
 def open_index(paths: Sequence[str]) -> Any:
     """Open one index directory, or several as one index."""
-    from .index import InfiniGramIndex
+    from ..index.infinigram_index import InfiniGramIndex
 
     for p in paths:
         if not Path(p).is_dir():
@@ -120,7 +120,7 @@ def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
     fingerprint stored in the index; otherwise the tokenizer saved in index/tokenizer/ is used,
     or raw bytes for a byte-level index.
     """
-    from . import tokenization as tk
+    from .._core import tokenization as tk
 
     if name:
         tok = tk.resolve_tokenizer(None if name == "bytes" else name)
@@ -144,7 +144,7 @@ def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
 
 def token_text(tok: Any, token_id: int, separator_id: int) -> Optional[str]:
     """A token id shown as text (bytes that are not UTF-8 on their own as \\xNN)."""
-    from .tokenization import ByteTokenizer
+    from .._core.tokenization import ByteTokenizer
 
     if token_id == separator_id:
         return END_OF_DOCUMENT
@@ -255,8 +255,8 @@ def _build_source(args: argparse.Namespace) -> Any:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ._publish import check_out_dir, resolve_out_dir
-    from .build import build_index
+    from ..build.publish import check_out_dir, resolve_out_dir
+    from ..build.pipeline import build_index
 
     out = Path(args.out)
     # Before reading the corpus: what is at --out, and whether it is the corpus itself.
@@ -324,8 +324,8 @@ def _ntd_json(ntd: Any, top: int, tok: Any, sep: int) -> dict:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    from ._timing import timed
-    from .tokenization import encode_texts
+    from .._core.timing import timed
+    from .._core.tokenization import encode_texts
 
     if args.repeat < 1:
         raise CLIError(f"--repeat must be at least 1, got {args.repeat}")
@@ -479,7 +479,7 @@ def run_search(args: argparse.Namespace) -> int:
     with index:
         tok = None
         if args.query is not None:
-            from .tokenization import encode_texts
+            from .._core.tokenization import encode_texts
 
             tok = load_index_tokenizer(index, args.tokenizer)
             cnf: List[List[Any]] = parse_cnf(args.query, lambda t: list(encode_texts(tok, [t])[0]))
@@ -487,7 +487,7 @@ def run_search(args: argparse.Namespace) -> int:
             cnf = parse_cnf(args.ids.replace("AND", " AND ").replace("OR", " OR "), parse_ids)
             if args.tokenizer or (Path(index.paths[0]) / "tokenizer").is_dir() or index.tokenizer_name == "bytes-utf8":
                 tok = load_index_tokenizer(index, args.tokenizer)
-        from .search import search_docs
+        from ..index.search import search_docs
 
         t0 = time.perf_counter()
         res = search_docs(index, cnf, args.maxnum, max_clause_freq=args.max_clause_freq,
@@ -535,7 +535,7 @@ USER_ERRORS = (CLIError, ValueError, FileNotFoundError, FileExistsError, NotADir
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .._version import __version__
 
     parser = argparse.ArgumentParser(prog=PROG, description="The ∞-gram language model: build, query, inspect.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -543,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in COMMANDS:
         add(sub)
-    from .cli_lm import register as register_lm  # generate, lm-perplexity, lm-tune, analyze, decontaminate
+    from .lm_commands import register as register_lm  # generate, lm-perplexity, lm-tune, analyze, decontaminate
 
     register_lm(sub)
     return parser

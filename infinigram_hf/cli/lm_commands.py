@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
-from ._safe_text import printable_text
-from .cli import CLIError, load_index_tokenizer, open_index, parse_ids, print_json
+from .._core.safe_text import printable_text
+from .index_commands import CLIError, load_index_tokenizer, open_index, parse_ids, print_json
 
 TEXT_SUFFIXES = {".txt", ".py", ".md", ".c", ".h", ".rst", ".json", ".html"}
 
@@ -44,7 +44,7 @@ def _add_method(p: argparse.ArgumentParser, default: str, default_k: str) -> Non
 
 
 def _method_kwargs(args: argparse.Namespace) -> dict:
-    from .smoothing import SmoothingParams
+    from ..lm.smoothing import SmoothingParams
 
     k = None if str(args.k).lower() in ("all", "-1", "none") else int(args.k)
     kw: dict = {"k": k, "decay": args.decay, "order": args.order}
@@ -56,7 +56,7 @@ def _method_kwargs(args: argparse.Namespace) -> dict:
 
 
 def _open_lm(args: argparse.Namespace) -> Any:
-    from .lm import InfiniGramLM
+    from ..lm.model import InfiniGramLM
 
     index = open_index(args.index)
     tok = load_index_tokenizer(index, args.tokenizer) if (args.tokenizer or index.tokenizer_name) else None
@@ -213,7 +213,7 @@ def add_lm_tune(sub: Any) -> None:
 
 
 def run_lm_tune(args: argparse.Namespace) -> int:
-    from .smoothing import fit
+    from ..lm.smoothing import fit
 
     lm = _open_lm(args)
     texts = []
@@ -253,8 +253,8 @@ def add_analyze(sub: Any) -> None:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from .analysis import analyze, plot_analysis, save_summary
-    from .lm import InfiniGramLM
+    from ..analysis import analyze, plot_analysis, save_summary
+    from ..lm.model import InfiniGramLM
 
     index = open_index(args.index)
     tok = load_index_tokenizer(index, args.tokenizer)
@@ -299,7 +299,7 @@ def add_decontaminate(sub: Any) -> None:
 
 
 def run_decontaminate(args: argparse.Namespace) -> int:
-    from .decontaminate import Decontaminator
+    from ..decontaminate import Decontaminator
 
     deco = Decontaminator((d[args.text_column] for d in read_documents(args.eval, args.text_column)), n=args.n,
                           threshold=args.threshold, unit=args.unit, lowercase=args.lowercase)

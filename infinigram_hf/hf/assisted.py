@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import torch
 
-from .drafter import InfiniGramDrafter
-from .index import InfiniGramIndex
+from ..lm.drafter import InfiniGramDrafter
+from ..index.infinigram_index import InfiniGramIndex
 
 try:
     from transformers.generation.candidate_generator import CandidateGenerator as _Base

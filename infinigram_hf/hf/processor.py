@@ -16,9 +16,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ._args import int_arg
-from .index import InfiniGramIndex
-from .mixing import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
+from .._core.args import int_arg
+from ..index.infinigram_index import InfiniGramIndex
+from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
     from transformers import LogitsProcessor as _Base

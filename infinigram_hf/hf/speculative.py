@@ -40,9 +40,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from . import _kv
-from .drafter import Draft, DraftTree, InfiniGramDrafter
-from .index import InfiniGramIndex
+from . import kv_cache as _kv
+from ..lm.drafter import Draft, DraftTree, InfiniGramDrafter
+from ..index.infinigram_index import InfiniGramIndex
 
 _NO_DRAFT = Draft(np.zeros(0, dtype=np.int64), "none", 0)
 

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from ._args import INT32_MAX, INT64_MAX, int_arg, opt_int_arg
-from ._interrupt import call_interruptibly
-from ._native import check, err_buffer, ffi, lib
+from .._core.args import INT32_MAX, INT64_MAX, int_arg, opt_int_arg
+from .._core.interrupt import call_interruptibly
+from .._core.native import check, err_buffer, ffi, lib
 from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution
 
 if TYPE_CHECKING:
-    from .index import InfiniGramIndex
+    from .infinigram_index import InfiniGramIndex
 
 _U32_MAX = 0xFFFFFFFF
 # Entries (distinct next tokens, summed over rows) one distribution batch may hold by default:

@@ -24,10 +24,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._interrupt import call_interruptibly
-from ._native import check, err_buffer, ffi, lib, ptr
-from .errors import TokenizerMismatchError
-from .index import InfiniGramIndex, _token, as_ids
+from .._core.interrupt import call_interruptibly
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.errors import TokenizerMismatchError
+from .infinigram_index import InfiniGramIndex, _token, as_ids
 from .results import NextTokenDistribution, ProbResult, ScoreResult
 
 _EMPTY = np.zeros(0, dtype=np.uint32)

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from . import format as fmt
-from ._args import INT64_MAX, int_arg, opt_int_arg
-from ._containment import check_contained
-from ._index_files import IndexDir
-from ._native import check, err_buffer, ffi, lib, ptr
-from .errors import IndexFormatError, InfiniGramError
+from .._core import format as fmt
+from .._core.args import INT64_MAX, int_arg, opt_int_arg
+from .._core.containment import check_contained
+from .._core.index_files import IndexDir
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.errors import IndexFormatError, InfiniGramError
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 
 if TYPE_CHECKING:
-    from .incremental import SuffixCache
+    from .states import SuffixCache
     from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
     from .difference import DifferenceIndex
     from .search import SearchResult
@@ -457,7 +457,7 @@ class InfiniGramIndex:
     def suffix_cache(self, **kw: Any) -> "SuffixCache":
         """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
         each generated token costing about one binary search (see `infinigram_hf.incremental`)."""
-        from .incremental import SuffixCache
+        from .states import SuffixCache
         return SuffixCache(self, **kw)
 
     # ------------------------------------------------------------ dense scoring

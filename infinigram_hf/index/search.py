@@ -23,10 +23,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import tokenization as tk
-from ._args import int_arg, short_repr
-from ._native import check, err_buffer, ffi, lib, ptr
-from .errors import TokenizerMismatchError
+from .._core import tokenization as tk
+from .._core.args import int_arg, short_repr
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.errors import TokenizerMismatchError
 from .results import Document
 
 MAX_CLAUSES = int(lib.IG_SEARCH_MAX_CLAUSES)

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from ._native import check, err_buffer, ffi, lib
+from .._core.native import check, err_buffer, ffi, lib
 from .batch import (DEFAULT_MAX_ENTRIES, _max_entries, _max_support, _p, _prob_result, _threads, _tokens, as_batch,
                     collect_ntd_batch)
 from .results import BatchNextTokenDistributions, BatchProbResult, NextTokenDistribution, ProbResult
 
 if TYPE_CHECKING:
-    from .index import InfiniGramIndex
+    from .infinigram_index import InfiniGramIndex
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class DecodingState:
 
 
 def _ids(context: Any) -> np.ndarray:
-    from .index import as_ids
+    from .infinigram_index import as_ids
     return as_ids(context, "context")
 
 

@@ -33,9 +33,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ._args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
-from ._native import check, err_buffer, ffi, lib
-from .index import InfiniGramIndex
+from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
+from .._core.native import check, err_buffer, ffi, lib
+from ..index.infinigram_index import InfiniGramIndex
 
 SOURCES = ("longest", "lookup_first", "infgram_first", "infgram", "lookup")
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ._args import float_arg, int_arg, opt_int_arg
-from ._native import ffi
-from .errors import InfiniGramError
-from .index import as_ids
+from .._core.args import float_arg, int_arg, opt_int_arg
+from .._core.native import ffi
+from .._core.errors import InfiniGramError
+from ..index.infinigram_index import as_ids
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .lm import InfiniGramLM
+    from .model import InfiniGramLM
 
 
 class GenerationError(InfiniGramError, ValueError):

@@ -31,11 +31,11 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import tokenization as tk
-from ._args import INT32_MAX, float_arg, int_arg, opt_int_arg
-from ._native import check, err_buffer, ffi, lib, ptr
-from .errors import TokenizerMismatchError
-from .index import InfiniGramIndex, as_ids
+from .._core import tokenization as tk
+from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.errors import TokenizerMismatchError
+from ..index.infinigram_index import InfiniGramIndex, as_ids
 from .smoothing import SmoothingParams
 
 METHODS = ("infgram", "backoff", "kn", "wb")
@@ -336,6 +336,6 @@ class InfiniGramLM:
         """Sample a continuation of `prompt`; see infinigram_hf.lm_generation.generate for every
         option (method, k, decay, greedy / temperature / top_k / top_p, seed, stop strings and
         the constraints starts_with / ends_with / contains / min_length / max_length)."""
-        from .lm_generation import generate
+        from .generation import generate
 
         return generate(self, prompt, max_new_tokens, **kwargs)

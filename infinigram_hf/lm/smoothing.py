@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .lm import InfiniGramLM
+    from .model import InfiniGramLM
 
 # Columns of InfiniGramLM.levels() rows (IG_LM_NSTAT in infinigram_lm.h).
 COL_POS, COL_DEPTH, COL_TOTAL, COL_COUNT, COL_TYPES, COL_R1, COL_R2, COL_R3 = range(8)

@@ -10,10 +10,10 @@ import pytest
 
 import infinigram_hf
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf import format as fmt
-from infinigram_hf import tokenization as tk
-from infinigram_hf._shard_writer import shard_peak_bytes
-from infinigram_hf.build import build_index, max_shard_len
+from infinigram_hf._core import format as fmt
+from infinigram_hf._core import tokenization as tk
+from infinigram_hf.build.shard_writer import shard_peak_bytes
+from infinigram_hf.build.pipeline import build_index, max_shard_len
 
 from conftest import (Reference, assert_index_matches, built_index, make_index, sample_ngrams, stdlib_files,
                       stdlib_texts)

@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import pytest
 
-from infinigram_hf import build as build_mod
-from infinigram_hf.build import build_index, parse_size, tokenizer_processes
-from infinigram_hf.tokenization import ByteTokenizer
+from infinigram_hf.build import pipeline as build_mod
+from infinigram_hf.build.pipeline import build_index, parse_size, tokenizer_processes
+from infinigram_hf._core.tokenization import ByteTokenizer
 
 
 def build(docs, out, **kw):

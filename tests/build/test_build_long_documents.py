@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infinigram_hf import _ingest
+from infinigram_hf.build import ingest as _ingest
 from infinigram_hf.build import build_index
 
 # Builds one document that fills a shard of a 64 MiB budget, given as text (byte tokenizer), a
@@ -22,7 +22,7 @@ from infinigram_hf.build import build_index
 CHILD = textwrap.dedent("""
     import sys
     import numpy as np
-    from infinigram_hf.build import build_index, max_shard_len
+    from infinigram_hf.build.pipeline import build_index, max_shard_len
 
     def rss(field):
         with open("/proc/self/status") as f:
@@ -96,7 +96,7 @@ def test_a_long_document_that_does_not_fit_a_shard_is_refused(tmp_path, monkeypa
 
 
 def test_add_part_refuses_misuse(tmp_path) -> None:
-    from infinigram_hf._shard_writer import ShardWriter
+    from infinigram_hf.build.shard_writer import ShardWriter
 
     w = ShardWriter(tmp_path / "s", 1, 10)
     w.add_part(np.array([1, 2], dtype=np.uint8), end=False)
@@ -115,7 +115,7 @@ def test_add_part_refuses_misuse(tmp_path) -> None:
 
 
 def test_a_finished_long_document_shard(tmp_path) -> None:
-    from infinigram_hf._shard_writer import ShardWriter
+    from infinigram_hf.build.shard_writer import ShardWriter
 
     w = ShardWriter(tmp_path / "s", 1, 10)
     w.add_part(np.array([1, 2], dtype=np.uint8), end=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf import _atomic
+from infinigram_hf.build import atomic as _atomic
 from infinigram_hf.build import build_index
 from infinigram_hf.cli import main
 
@@ -179,7 +179,7 @@ def test_what_appears_at_out_dir_during_the_build_is_not_replaced(tmp_path, monk
     build(ix).close()
     if not swap:
         monkeypatch.setattr(_atomic, "_function", lambda: None)
-        monkeypatch.setattr("infinigram_hf._publish.exchange", lambda a, b: False)
+        monkeypatch.setattr("infinigram_hf.build.publish.exchange", lambda a, b: False)
 
     def docs():
         yield [1, 2]
@@ -195,7 +195,7 @@ def test_what_appears_at_out_dir_during_the_build_is_not_replaced(tmp_path, monk
 def test_the_swapped_out_entry_is_checked_and_put_back(tmp_path, monkeypatch) -> None:
     """Between the last check and the swap, out_dir is replaced by a user's directory: the swap
     is undone and the user's directory is where it was."""
-    from infinigram_hf import _publish
+    from infinigram_hf.build import publish as _publish
 
     ix = tmp_path / "ix"
     build(ix).close()

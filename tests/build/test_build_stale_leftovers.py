@@ -76,7 +76,7 @@ def test_a_dead_processes_temp_dir_that_is_not_a_build_is_left_alone(tmp_path) -
 # and is killed right after moving the old index aside, before the new one is in place.
 KILLED_BETWEEN_RENAMES = textwrap.dedent("""
     import os, signal, sys
-    from infinigram_hf import _publish
+    from infinigram_hf.build import publish as _publish
     from infinigram_hf.build import build_index
 
     _publish.exchange = lambda a, b: False

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infinigram_hf.cli import main, official_bytes_per_token, parse_ids, to_json
+from infinigram_hf.cli.index_commands import main, official_bytes_per_token, parse_ids, to_json
 
 from conftest import Reference, stdlib_texts, train_bpe_tokenizer
 

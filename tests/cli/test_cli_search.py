@@ -6,7 +6,7 @@ import json
 import pytest
 
 from infinigram_hf.build import build_index
-from infinigram_hf.cli import main, parse_cnf, parse_ids
+from infinigram_hf.cli.index_commands import main, parse_cnf, parse_ids
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf._safe_text import printable, printable_json
+from infinigram_hf._core.safe_text import printable, printable_json
 from infinigram_hf.build import build_index
 from infinigram_hf.cli import main
-from infinigram_hf.errors import IndexFormatError, InfiniGramError
+from infinigram_hf import IndexFormatError, InfiniGramError
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\u202e\x9b"
 

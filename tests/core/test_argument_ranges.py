@@ -22,7 +22,7 @@ import pytest
 from conftest import make_index
 
 from infinigram_hf import InfiniGramDrafter, InfiniGramLM
-from infinigram_hf._args import float_arg, int_arg, short_repr
+from infinigram_hf._core.args import float_arg, int_arg, short_repr
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from infinigram_hf import IndexFormatError, InfiniGramIndex, InfiniGramLM
-from infinigram_hf._native import err_buffer, ffi, lib
+from infinigram_hf._core.native import err_buffer, ffi, lib
 from infinigram_hf.build import build_index
-from infinigram_hf.incremental import DecodingState, states_prob
+from infinigram_hf.index.states import DecodingState, states_prob
 
 from conftest import Reference
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from infinigram_hf import IndexFormatError, InfiniGramError, InfiniGramIndex
-from infinigram_hf import format as fmt
+from infinigram_hf._core import format as fmt
 from infinigram_hf.build import build_index
 
 DOCS = [[1, 2, 3, 1, 2, 4] * 5, [2, 2, 2, 2], [], [4, 3, 2, 1, 0, 1, 2] * 4, [1, 2], [3] * 9, [0, 1, 2, 3, 4] * 6,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from infinigram_hf import IndexFormatError, InfiniGramError, InfiniGramIndex
-from infinigram_hf import format as fmt
+from infinigram_hf._core import format as fmt
 from infinigram_hf.build import build_index
 
 from conftest import Reference, assert_index_matches

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from infinigram_hf import IndexFormatError, InfiniGramError, InfiniGramIndex
-from infinigram_hf import format as fmt
-from infinigram_hf import index as index_module
+from infinigram_hf._core import format as fmt
+from infinigram_hf.index import infinigram_index as index_module
 from infinigram_hf.build import build_index
 
 DOCS = [[1, 2, 3, 1, 2, 4] * 5, [2, 2, 2, 2], [], [4, 3, 2, 1, 0, 1, 2] * 4, [1, 2], [3] * 9,

@@ -21,8 +21,8 @@ CHILD = textwrap.dedent("""
     from infinigram_hf import InfiniGramIndex
     from infinigram_hf.cli import main
     from infinigram_hf.lm import InfiniGramLM
-    from infinigram_hf.search import search_docs
-    from infinigram_hf.tokenization import resolve_tokenizer
+    from infinigram_hf.index.search import search_docs
+    from infinigram_hf._core.tokenization import resolve_tokenizer
 
     ix_dir = Path(sys.argv[1])
     ix = InfiniGramIndex.open(ix_dir)

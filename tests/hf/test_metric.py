@@ -7,7 +7,7 @@ import pytest
 
 from hf_tiny import TEXTS, tiny_index, tiny_model, tiny_tok  # noqa: F401
 from infinigram_hf.metrics import PERPLEXITY_METRIC_PATH
-from infinigram_hf.perplexity import perplexity
+from infinigram_hf.hf.perplexity import perplexity
 
 evaluate = pytest.importorskip("evaluate")
 DOCS = [TEXTS[1][500:700], "def f(x):\n    return x + 1\n"]

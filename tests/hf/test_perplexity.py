@@ -13,8 +13,8 @@ from conftest import Reference
 from hf_tiny import TEXTS, make_tokenizer, tiny_index, tiny_model, tiny_tok  # noqa: F401
 from infinigram_hf import TokenizerMismatchError
 from infinigram_hf.build import build_index
-from infinigram_hf.interpolation import TokenScores, interpolate, relative_improvement, tune_lambdas
-from infinigram_hf.perplexity import perplexity, windows, with_index
+from infinigram_hf.lm.mixture import TokenScores, interpolate, relative_improvement, tune_lambdas
+from infinigram_hf.hf.perplexity import perplexity, windows, with_index
 
 # Three short "documents": one copied from the index, one partly, one not at all.
 DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]

@@ -11,7 +11,7 @@ from conftest import Reference
 from hf_tiny import MODEL_EXTRA_ROWS, TEXTS, make_model, make_tokenizer, tiny_index, tiny_model, tiny_tok  # noqa: F401
 from infinigram_hf import TokenizerMismatchError
 from infinigram_hf.build import build_index
-from infinigram_hf.processor import InfiniGramLogitsProcessor
+from infinigram_hf import InfiniGramLogitsProcessor
 
 LS, LD = 0.6, 0.3
 

@@ -16,11 +16,11 @@ import torch
 
 from conftest import make_index
 from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
-from infinigram_hf.candidate import InfiniGramCandidateGenerator, hf_assisted_generate
-from infinigram_hf.drafter import Draft, DraftTree, InfiniGramDrafter, _node_path
-from infinigram_hf.incremental import init_state
+from infinigram_hf.hf.assisted import InfiniGramCandidateGenerator, hf_assisted_generate
+from infinigram_hf.lm.drafter import Draft, DraftTree, InfiniGramDrafter, _node_path
+from infinigram_hf.index.states import init_state
 from infinigram_hf.speculative import generate as spec_generate
-from infinigram_hf.speculative import speculative_generate
+from infinigram_hf import speculative_generate
 
 
 @pytest.fixture(scope="module", autouse=True)

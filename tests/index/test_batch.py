@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Reference, assert_ntd_matches, assert_prob_matches, built_index, make_index
-from infinigram_hf.batch import Ragged, as_batch, count_batch, ntd_batch, prob_batch, score_batch
-from infinigram_hf.errors import InfiniGramError
+from infinigram_hf.index.batch import Ragged, as_batch, count_batch, ntd_batch, prob_batch, score_batch
+from infinigram_hf import InfiniGramError
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

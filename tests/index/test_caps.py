@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import infinigram_hf.index as index_module
+import infinigram_hf.index.infinigram_index as index_module
 from conftest import make_index
 from infinigram_hf import InfiniGramError, InfiniGramLM
-from infinigram_hf.batch import DEFAULT_MAX_ENTRIES
-from infinigram_hf.search import MAX_CLAUSE_FREQ, MAX_CLAUSES, MAX_MAXNUM, MAX_TERMS
+from infinigram_hf.index.batch import DEFAULT_MAX_ENTRIES
+from infinigram_hf.index.search import MAX_CLAUSE_FREQ, MAX_CLAUSES, MAX_MAXNUM, MAX_TERMS
 
 VOCAB = 300
 
@@ -83,7 +83,7 @@ def test_ntd_batch_size_cap(ix) -> None:
         ix.infgram_ntd_batch(batch, max_entries=1000, n_threads=4)
     assert len(ix.infgram_ntd_batch(batch, max_entries=50 * one).token_ids) == 50 * one
     assert len(ix.infgram_ntd_batch(batch, max_entries=None).token_ids) == 50 * one
-    from infinigram_hf.incremental import states_ntd
+    from infinigram_hf.index.states import states_ntd
 
     cache = ix.suffix_cache()
     states = cache.states([[]] * 50)  # the empty context: the unigram

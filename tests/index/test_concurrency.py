@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import make_index
-from infinigram_hf.errors import InfiniGramError
+from infinigram_hf import InfiniGramError
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from conftest import Reference, built_index
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf.incremental import extend_state, init_state
+from infinigram_hf.index.states import extend_state, init_state
 
 SEP = 0x10FFFF  # a character no token maps to: documents never match across it
 
@@ -256,7 +256,7 @@ _CHILD = textwrap.dedent("""
         assert r.suffix_len.max() == run // 3 * 3
     elif what == "states":  # n decoding steps past the run, each backing off from run tokens
         import numpy as np
-        from infinigram_hf.incremental import extend_state, init_state
+        from infinigram_hf.index.states import extend_state, init_state
         q = np.ones(run + n, dtype=np.uint32)
         s = init_state(ix, q[:run])
         for i in range(run, run + n):

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import make_index
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf._atomic import exchange
+from infinigram_hf.build.atomic import exchange
 from infinigram_hf.build import build_index
 
 SOAK_SECONDS = float(os.environ.get("INFINIGRAM_SOAK_SECONDS", "3"))

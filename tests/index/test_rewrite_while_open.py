@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf import format as fmt
-from infinigram_hf._shard_writer import ShardWriter
+from infinigram_hf._core import format as fmt
+from infinigram_hf.build.shard_writer import ShardWriter
 from infinigram_hf.build import build_index
 
 CORPUS_A = [[1, 2, 3, 1, 2, 4] * 20, [2, 2, 2, 2] * 5, [4, 3, 2, 1, 0, 1, 2] * 12, [5, 6] * 30]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import built_index, make_index
 from infinigram_hf import InfiniGramIndex, SearchResult, TokenizerMismatchError
 from infinigram_hf.build import build_index
-from infinigram_hf.search import MAX_CLAUSES, MAX_TERMS, doc_spans, parse_query, search_docs
+from infinigram_hf.index.search import MAX_CLAUSES, MAX_TERMS, doc_spans, parse_query, search_docs
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import make_index
 
-from infinigram_hf.search import MAX_SPANS, doc_spans
+from infinigram_hf.index.search import MAX_SPANS, doc_spans
 
 
 @pytest.fixture(scope="module")

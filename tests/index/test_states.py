@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Reference, assert_ntd_matches, assert_prob_matches, built_index, make_index
-from infinigram_hf.errors import InfiniGramError
-from infinigram_hf.incremental import (DecodingState, SuffixCache, extend_state, init_state, states_ntd,
+from infinigram_hf import InfiniGramError
+from infinigram_hf.index.states import (DecodingState, SuffixCache, extend_state, init_state, states_ntd,
                                        states_prob)
 
 SETTINGS = settings(max_examples=50, deadline=None,

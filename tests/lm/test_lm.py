@@ -12,7 +12,7 @@ import pytest
 
 from infinigram_hf import build_index
 from infinigram_hf.lm import InfiniGramLM
-from infinigram_hf.lm_generation import GenerationError
+from infinigram_hf.lm.generation import GenerationError
 from lm_reference import EOD, LMReference, chi_square_z, make_lm, random_corpus
 
 
@@ -83,7 +83,7 @@ def test_distributions_match_reference(tmp_path, seed, shards):
 
 def _draws(lm, ctx, n, **kw):
     """n independent one-token samples after ctx through the C sampler."""
-    from infinigram_hf.lm_generation import _sampling
+    from infinigram_hf.lm.generation import _sampling
 
     cfg, keep = lm._config(kw.pop("method"), **{k: kw.pop(k) for k in list(kw) if k in ("k", "eod", "order", "decay")})
     smp = _sampling(kw.get("greedy", False), kw.get("temperature", 1.0), kw.get("top_k", 0), kw.get("top_p", 1.0))

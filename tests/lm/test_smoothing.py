@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from infinigram_hf.smoothing import (COL_CCOUNT, COL_COUNT, COL_CTOTAL, COL_DEPTH, COL_POS, COL_TOTAL,
+from infinigram_hf.lm.smoothing import (COL_CCOUNT, COL_COUNT, COL_CTOTAL, COL_DEPTH, COL_POS, COL_TOTAL,
                                      SmoothingParams, fit, mkn_discounts, probs_from_levels, tune)
 from lm_reference import EOD, LMReference, make_lm, random_corpus
 
