@@ -79,3 +79,18 @@ def short_repr(value: Any) -> str:
         return _REPR.repr(value)
     except Exception:  # a broken __repr__
         return f"<{type(value).__name__}>"
+
+
+def n_threads_arg(n_threads: Any) -> int:
+    """0 = automatic; more threads than IG_MAX_THREADS (256) or than the work needs are clamped."""
+    return int_arg("n_threads", n_threads, 0, INT32_MAX, "0 = automatic")
+
+
+def max_support_arg(max_support: Optional[int]) -> int:
+    """None = exact distributions (0 for the C core); an int caps the occurrences walked."""
+    return opt_int_arg("max_support", max_support, 1, INT64_MAX, "exact") or 0
+
+
+def max_entries_arg(max_entries: Optional[int]) -> int:
+    """None = no cap on a distribution batch's size (0 for the C core)."""
+    return opt_int_arg("max_entries", max_entries, 1, INT64_MAX, "no cap") or 0

@@ -1,6 +1,8 @@
 """The compiled core and the one place that turns its return codes into Python exceptions."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .safe_text import printable
@@ -36,6 +38,12 @@ def check(rc: int, err) -> None:
     raise InfiniGramError(msg)
 
 
-def ptr(array: np.ndarray, ctype: str):
-    """A typed pointer into a contiguous numpy array (zero-copy)."""
-    return ffi.cast(ctype + " *", ffi.from_buffer(array))
+def ptr(array: np.ndarray, ctype: str) -> Any:
+    """A typed pointer into a contiguous numpy array (zero-copy), for any argument of type
+    ``ctype *`` ("void": raw bytes); an empty array gets a valid one-element buffer (never NULL).
+    The one pointer idiom of the package."""
+    if ctype == "void":
+        return ffi.from_buffer(array) if array.size else ffi.new("char[1]")
+    if array.size == 0:
+        return ffi.new(ctype + "[1]")
+    return ffi.from_buffer(ctype + "[]", array)

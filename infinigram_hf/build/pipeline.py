@@ -30,7 +30,7 @@ from .ingest import ByteText, ShardFeeder
 from .._core.native import lib
 from .publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from .shard_writer import ShardWriter
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 from .sources import Batch, iter_batches, source_length, source_paths
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,

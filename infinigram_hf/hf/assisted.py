@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from ..lm.drafter import InfiniGramDrafter
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 
 try:
     from transformers.generation.candidate_generator import CandidateGenerator as _Base

@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 from .._core.tokenization import encode_texts

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .._core.args import int_arg
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
 
 try:  # subclass transformers' base class when available (it only documents the call signature)

@@ -42,7 +42,7 @@ import torch
 
 from . import kv_cache as _kv
 from ..lm.drafter import Draft, DraftTree, InfiniGramDrafter
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 
 _NO_DRAFT = Draft(np.zeros(0, dtype=np.int64), "none", 0)
 

@@ -25,20 +25,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
-from .._core.args import INT32_MAX, INT64_MAX, int_arg, opt_int_arg
+from .._core.args import max_entries_arg, max_support_arg, n_threads_arg
+from .._core.ids import U32_CODE, U32_MAX, checked_u32, one_per_row, to_numpy
 from .._core.interrupt import call_interruptibly
-from .._core.native import check, err_buffer, ffi, lib
+from .._core.native import check, err_buffer, ffi, lib, ptr
 from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution
 
 if TYPE_CHECKING:
     from .infinigram_index import InfiniGramIndex
 
-_U32_MAX = 0xFFFFFFFF
 # Entries (distinct next tokens, summed over rows) one distribution batch may hold by default:
 # a row holds up to vocab_size + 1, so 10^4 short contexts of a 128k vocabulary could ask for
 # 15 GiB. 2^26 entries are 768 MiB in C plus as much in numpy; None lifts the cap.
 DEFAULT_MAX_ENTRIES = 1 << 26
-_U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
 
 
 class Ragged(NamedTuple):
@@ -55,30 +54,8 @@ class Ragged(NamedTuple):
         return len(self.offsets) - 1
 
 
-def _to_numpy(x: Any) -> Any:
-    if hasattr(x, "detach"):  # torch tensors, without importing torch
-        return x.detach().cpu().numpy()
-    return x
-
-
-def _checked_u32(arr: np.ndarray, offsets: np.ndarray, name: str) -> np.ndarray:
-    """Integer ids as contiguous uint32, with a ValueError naming the query of a bad one."""
-    if arr.dtype == np.uint32:
-        return np.ascontiguousarray(arr)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.uint32)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    bad = (arr < 0) | (arr > _U32_MAX) if arr.dtype.kind == "i" else arr > _U32_MAX
-    if bad.any():
-        j = int(np.argmax(bad))
-        row = int(np.searchsorted(offsets, j, side="right") - 1)
-        raise ValueError(f"{name}[{row}]: id {int(arr[j])} is outside the vocabulary")
-    return np.ascontiguousarray(arr, dtype=np.uint32)
-
-
 def _offsets_array(offsets: Any, n_values: int) -> np.ndarray:
-    offs = np.ascontiguousarray(_to_numpy(offsets))
+    offs = np.ascontiguousarray(to_numpy(offsets))
     if offs.ndim != 1 or len(offs) < 1 or not np.issubdtype(offs.dtype, np.integer):
         raise ValueError(f"offsets must be a 1-D integer array of n + 1 entries, got shape {offs.shape}, dtype {offs.dtype}")
     offs = offs.astype(np.int64, copy=False)
@@ -105,22 +82,22 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
         offs = np.zeros(len(queries) + 1, dtype=np.int64)
         np.cumsum(np.array(list(map(len, queries)), dtype=np.int64), out=offs[1:])
         try:
-            buf = array.array(_U32_CODE, list(itertools.chain.from_iterable(queries)))
+            buf = array.array(U32_CODE, list(itertools.chain.from_iterable(queries)))
         except (OverflowError, TypeError):
             pass
         else:
             return (np.frombuffer(buf, dtype=np.uint32) if len(buf) else np.zeros(0, dtype=np.uint32)), offs
     if offsets is not None:
-        values = np.asarray(_to_numpy(queries))
+        values = np.asarray(to_numpy(queries))
         if values.ndim != 1:
             raise ValueError(f"with offsets, {name} must be one flat 1-D id array, got shape {values.shape}")
         offs = _offsets_array(offsets, len(values))
-        return _checked_u32(values, offs, name), offs
+        return checked_u32(values, offs, name), offs
     if lengths is not None:
-        arr = np.asarray(_to_numpy(queries))
+        arr = np.asarray(to_numpy(queries))
         if arr.ndim != 2:
             raise ValueError(f"with lengths, {name} must be a padded 2-D array, got shape {arr.shape}")
-        lens = np.asarray(_to_numpy(lengths))
+        lens = np.asarray(to_numpy(lengths))
         if lens.shape != (arr.shape[0],) or (lens.size and not np.issubdtype(lens.dtype, np.integer)):
             raise ValueError(f"lengths must be {arr.shape[0]} integers (one per row), got shape {lens.shape}")
         lens = lens.astype(np.int64)
@@ -135,16 +112,16 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         offs = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=offs[1:])
-        return _checked_u32(arr[mask], offs, name), offs
-    arr = _to_numpy(queries)
+        return checked_u32(arr[mask], offs, name), offs
+    arr = to_numpy(queries)
     if isinstance(arr, np.ndarray) and arr.ndim == 2:
         n, w = arr.shape
         offs = np.arange(n + 1, dtype=np.int64) * w
-        return _checked_u32(arr.reshape(-1), offs, name), offs
+        return checked_u32(arr.reshape(-1), offs, name), offs
     if isinstance(arr, np.ndarray) and arr.ndim != 2 and arr.dtype != object:
         raise ValueError(f"{name} must be a sequence of id sequences or a 2-D array, got shape {arr.shape}")
     try:
-        rows = [_to_numpy(q) for q in queries]
+        rows = [to_numpy(q) for q in queries]
     except TypeError as exc:
         raise ValueError(f"{name} must be a sequence of token-id sequences, got {type(queries).__name__}") from exc
     for i, r in enumerate(rows):
@@ -165,22 +142,10 @@ def as_batch(queries: Any, *, offsets: Any = None, lengths: Any = None, padding_
         if values.ndim != 1:
             raise ValueError(f"{name} must be a sequence of 1-D id sequences")
         if values.dtype == object:  # ints beyond int64, or mixed types
-            j = next(j for j, v in enumerate(flat) if not (isinstance(v, (int, np.integer)) and 0 <= v <= _U32_MAX))
+            j = next(j for j, v in enumerate(flat) if not (isinstance(v, (int, np.integer)) and 0 <= v <= U32_MAX))
             row = int(np.searchsorted(offs, j, side="right") - 1)
             raise ValueError(f"{name}[{row}]: {flat[j]!r} is not a token id in the vocabulary")
-    return _checked_u32(values, offs, name), offs
-
-
-def _threads(n_threads: int) -> int:
-    """0 = automatic; more threads than IG_MAX_THREADS (256) or than the work needs are clamped."""
-    return int_arg("n_threads", n_threads, 0, INT32_MAX, "0 = automatic")
-
-
-def _p(arr: np.ndarray, ctype: str) -> Any:
-    """Typed pointer into a contiguous array (also for empty ones)."""
-    if arr.size == 0:
-        return ffi.new(ctype + "[1]")
-    return ffi.cast(ctype + " *", ffi.from_buffer(arr))
+    return checked_u32(values, offs, name), offs
 
 
 # ---------------------------------------------------------------------------- counting
@@ -198,29 +163,14 @@ def count_batch(index: "InfiniGramIndex", queries: Any, *, offsets: Any = None, 
     n = len(offs) - 1
     out = np.zeros(max(n, 1), dtype=np.uint64)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_count_batch(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n,
-                                _p(out, "uint64_t"), _threads(n_threads), err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_count_batch(ix, ptr(values, "uint32_t"), len(values), ptr(offs, "int64_t"), n,
+                                ptr(out, "uint64_t"), n_threads_arg(n_threads), err, len(err))
     check(rc, err)
     return out[:n].astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- probabilities
-
-
-def _prob_result(count: np.ndarray, prompt: np.ndarray, slen: np.ndarray, sparse: np.ndarray) -> BatchProbResult:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        probs = np.where(prompt > 0, count / np.maximum(prompt, 1), 0.0)
-    return BatchProbResult(probs=probs, counts=count, prompt_counts=prompt, suffix_len=slen, sparse=sparse.astype(bool))
-
-
-def _tokens(tokens: Any, n: int) -> np.ndarray:
-    t = np.asarray(_to_numpy(tokens))
-    if t.ndim == 0:
-        t = np.full(n, t)
-    if t.shape != (n,):
-        raise ValueError(f"tokens must hold one id per prompt ({n}), got shape {t.shape}")
-    return _checked_u32(t, np.arange(n + 1), "tokens")
 
 
 def prob_batch(index: "InfiniGramIndex", prompts: Any, tokens: Any, *, infinite: bool = True, offsets: Any = None,
@@ -232,16 +182,16 @@ def prob_batch(index: "InfiniGramIndex", prompts: Any, tokens: Any, *, infinite:
     """
     values, offs = as_batch(prompts, offsets=offsets, lengths=lengths, padding_side=padding_side, name="prompts")
     n = len(offs) - 1
-    toks = _tokens(tokens, n)
+    toks = one_per_row(tokens, n)
     count, prompt = np.zeros(max(n, 1), dtype=np.uint64), np.zeros(max(n, 1), dtype=np.uint64)
     slen, sparse = np.zeros(max(n, 1), dtype=np.int64), np.zeros(max(n, 1), dtype=np.uint8)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_prob_batch(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, _p(toks, "uint32_t"),
-                               1 if infinite else 0, _p(count, "uint64_t"), _p(prompt, "uint64_t"),
-                               _p(slen, "int64_t"), _p(sparse, "uint8_t"), _threads(n_threads), err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_prob_batch(ix, ptr(values, "uint32_t"), len(values), ptr(offs, "int64_t"), n, ptr(toks, "uint32_t"),
+                               1 if infinite else 0, ptr(count, "uint64_t"), ptr(prompt, "uint64_t"),
+                               ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), n_threads_arg(n_threads), err, len(err))
     check(rc, err)
-    return _prob_result(count[:n], prompt[:n], slen[:n], sparse[:n])
+    return BatchProbResult.from_counts(count[:n], prompt[:n], slen[:n], sparse[:n])
 
 
 # ---------------------------------------------------------------------------- next-token distributions
@@ -257,23 +207,15 @@ def collect_ntd_batch(handle: Any) -> BatchNextTokenDistributions:
         slen, total = np.zeros(max(rows, 1), dtype=np.int64), np.zeros(max(rows, 1), dtype=np.uint64)
         sparse, approx = np.zeros(max(rows, 1), dtype=np.uint8), np.zeros(max(rows, 1), dtype=np.uint8)
         err = err_buffer()
-        rc = lib.ig_ntd_batch_copy(handle, _p(offs, "int64_t"), _p(toks, "uint32_t"), _p(cnts, "uint64_t"), m,
-                                   _p(slen, "int64_t"), _p(total, "uint64_t"), _p(sparse, "uint8_t"),
-                                   _p(approx, "uint8_t"), err, len(err))
+        rc = lib.ig_ntd_batch_copy(handle, ptr(offs, "int64_t"), ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"), m,
+                                   ptr(slen, "int64_t"), ptr(total, "uint64_t"), ptr(sparse, "uint8_t"),
+                                   ptr(approx, "uint8_t"), err, len(err))
         check(rc, err)
     finally:
         lib.ig_ntd_batch_free(handle)
     return BatchNextTokenDistributions(offsets=offs, token_ids=toks[:m], counts=cnts[:m], total=total[:rows],
                                        suffix_len=slen[:rows], sparse=sparse[:rows].astype(bool),
                                        approximate=approx[:rows].astype(bool))
-
-
-def _max_support(max_support: Optional[int]) -> int:
-    return opt_int_arg("max_support", max_support, 1, INT64_MAX, "exact") or 0
-
-
-def _max_entries(max_entries: Optional[int]) -> int:
-    return opt_int_arg("max_entries", max_entries, 1, INT64_MAX, "no cap") or 0
 
 
 def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, max_support: Optional[int] = None,
@@ -294,9 +236,9 @@ def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, 
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
-    with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run_capped(ix, _p(values, "uint32_t"), len(values), _p(offs, "int64_t"), n, mode,
-                                         _max_support(max_support), _max_entries(max_entries), _threads(n_threads),
+    with index.native_handle() as ix:
+        rc = lib.ig_ntd_batch_run_capped(ix, ptr(values, "uint32_t"), len(values), ptr(offs, "int64_t"), n, mode,
+                                         max_support_arg(max_support), max_entries_arg(max_entries), n_threads_arg(n_threads),
                                          out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
@@ -321,17 +263,13 @@ def score_batch(index: "InfiniGramIndex", sequences: Any, *, offsets: Any = None
     num, den = np.zeros(max(m, 1), dtype=np.uint64), np.zeros(max(m, 1), dtype=np.uint64)
     slen, sparse = np.zeros(max(m, 1), dtype=np.int64), np.zeros(max(m, 1), dtype=np.uint8)
     err = err_buffer()
-    with index._handle() as ix:  # (Ctrl-C stops it within a second: see _interrupt)
-        rc = call_interruptibly(lib.ig_score_batch, ix, _p(values, "uint32_t"), m, _p(offs, "int64_t"), n,
-                                _p(num, "uint64_t"), _p(den, "uint64_t"), _p(slen, "int64_t"),
-                                _p(sparse, "uint8_t"), _threads(n_threads), work=m, tail=(err, len(err)))
+    with index.native_handle() as ix:  # (Ctrl-C stops it within a second: see _interrupt)
+        rc = call_interruptibly(lib.ig_score_batch, ix, ptr(values, "uint32_t"), m, ptr(offs, "int64_t"), n,
+                                ptr(num, "uint64_t"), ptr(den, "uint64_t"), ptr(slen, "int64_t"),
+                                ptr(sparse, "uint8_t"), n_threads_arg(n_threads), work=m, tail=(err, len(err)))
     check(rc, err)
     a, b = int(offs[0]), int(offs[-1])
-    num, den = num[a:b], den[a:b]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
-    return BatchScoreResult(offsets=offs - a, probs=probs, counts=num, prompt_counts=den, suffix_len=slen[a:b],
-                            sparse=sparse[a:b].astype(bool))
+    return BatchScoreResult.from_counts(num[a:b], den[a:b], slen[a:b], sparse[a:b], offsets=offs - a)
 
 
 def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
@@ -342,9 +280,8 @@ def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
-    qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
-    with index._handle() as ix:
-        rc = lib.ig_ntd_batch_run(ix, qp, len(q), ints, 1, mode, _max_support(max_support),
+    with index.native_handle() as ix:
+        rc = lib.ig_ntd_batch_run(ix, ptr(q, "uint32_t"), len(q), ints, 1, mode, max_support_arg(max_support),
                                   1, out, err, len(err))
     check(rc, err)
     h = out[0]
@@ -353,12 +290,8 @@ def ntd_one(index: "InfiniGramIndex", q: np.ndarray, *, infinite: bool = True,
         toks, cnts = np.empty(m, dtype=np.uint32), np.empty(m, dtype=np.uint64)
         tot = ffi.new("uint64_t *")
         flags = ffi.new("uint8_t[2]")
-        check(lib.ig_ntd_batch_copy(h, ffi.NULL, ffi.from_buffer("uint32_t[]", toks) if m else ffi.NULL,
-                                    ffi.from_buffer("uint64_t[]", cnts) if m else ffi.NULL, m, ints + 2, tot, flags,
-                                    flags + 1, err, len(err)), err)
+        check(lib.ig_ntd_batch_copy(h, ffi.NULL, ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"), m, ints + 2, tot,
+                                    flags, flags + 1, err, len(err)), err)
     finally:
         lib.ig_ntd_batch_free(h)
-    total = int(tot[0])
-    return NextTokenDistribution(token_ids=toks, counts=cnts, probs=cnts / total if total else np.zeros(m),
-                                 total=total, suffix_len=int(ints[2]), sparse=bool(flags[0]),
-                                 approximate=bool(flags[1]))
+    return NextTokenDistribution.from_counts(toks, cnts, tot[0], ints[2], flags[0], flags[1])

@@ -20,17 +20,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._core.errors import TokenizerMismatchError
+from .._core.ids import EMPTY_IDS, as_ids, as_token
 from .._core.interrupt import call_interruptibly
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from .._core.errors import TokenizerMismatchError
-from .infinigram_index import InfiniGramIndex, _token, as_ids
 from .results import NextTokenDistribution, ProbResult, ScoreResult
 
-_EMPTY = np.zeros(0, dtype=np.uint32)
+if TYPE_CHECKING:
+    from .infinigram_index import InfiniGramIndex
 
 
 class DifferenceIndex:
@@ -50,15 +51,17 @@ class DifferenceIndex:
         True
     """
 
-    def __init__(self, index: InfiniGramIndex, removed: InfiniGramIndex, *, owns: bool = False,
+    def __init__(self, index: "InfiniGramIndex", removed: "InfiniGramIndex", *, owns: bool = False,
                  verify: bool = False, verify_docs: int = 32, seed: int = 0):
-        if not isinstance(index, InfiniGramIndex) or not isinstance(removed, InfiniGramIndex):
+        # (InfiniGramIndex is recognised by its C handle: this module sits below infinigram_index.py,
+        # which opens differences)
+        if not all(callable(getattr(x, "native_handle", None)) for x in (index, removed)):
             raise ValueError("index and removed must be InfiniGramIndex objects")
         self.index, self.removed, self._owns = index, removed, owns
         try:
             self._check_compatible()
             err = err_buffer()
-            with index._handle() as p, removed._handle() as m:
+            with index.native_handle() as p, removed.native_handle() as m:
                 rc = lib.ig_diff_check(p, m, err, len(err))
             check(rc, err)
             if verify:
@@ -137,7 +140,7 @@ class DifferenceIndex:
 
     def _call(self, fn: Any, *args: Any) -> None:
         err = err_buffer()
-        with self.index._handle() as p, self.removed._handle() as m:
+        with self.index.native_handle() as p, self.removed.native_handle() as m:
             rc = fn(p, m, *args, err, len(err))
         check(rc, err)
 
@@ -149,12 +152,10 @@ class DifferenceIndex:
         return int(out[0])
 
     def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
-        q, t = as_ids(prompt, "prompt"), _token(token)
+        q, t = as_ids(prompt, "prompt"), as_token(token)
         out = ffi.new("ig_prob *")
         self._call(fn, ptr(q, "uint32_t"), len(q), int(t[0]), out)
-        count, total = int(out.count), int(out.prompt_count)
-        return ProbResult(prob=count / total if total else 0.0, count=count, prompt_count=total,
-                          suffix_len=int(out.suffix_len), sparse=bool(out.sparse))
+        return ProbResult.from_counts(out.count, out.prompt_count, out.suffix_len, out.sparse)
 
     def ngram_prob(self, prompt: Any, token: int) -> ProbResult:
         """P(token | prompt) with n = len(prompt) + 1, on net counts."""
@@ -171,25 +172,22 @@ class DifferenceIndex:
         return int(out[0])
 
     def _ntd(self, q: np.ndarray, suffix_len: int) -> NextTokenDistribution:
-        ctx = q[len(q) - suffix_len:] if suffix_len else _EMPTY
+        ctx = q[len(q) - suffix_len:] if suffix_len else EMPTY_IDS
         cap = min(self.vocab_size + 1, 4096)  # grown to what the core asks for
         n_out, total = ffi.new("int64_t *"), ffi.new("uint64_t *")
         while True:
             toks = np.empty(cap, dtype=np.uint32)
             cnts = np.empty(cap, dtype=np.uint64)
             err = err_buffer()
-            with self.index._handle() as p, self.removed._handle() as m:
+            with self.index.native_handle() as p, self.removed.native_handle() as m:
                 rc = lib.ig_diff_ntd(p, m, ptr(ctx, "uint32_t"), len(ctx), ptr(toks, "uint32_t"),
                                      ptr(cnts, "uint64_t"), cap, n_out, total, err, len(err))
             if rc != lib.IG_ERR_CAPACITY or int(n_out[0]) <= cap:
                 break
             cap = int(n_out[0])
         check(rc, err)
-        n, tot = int(n_out[0]), int(total[0])
-        toks, cnts = toks[:n].copy(), cnts[:n].copy()
-        probs = cnts / tot if tot else np.zeros(n)
-        return NextTokenDistribution(token_ids=toks, counts=cnts, probs=probs, total=tot,
-                                     suffix_len=suffix_len, sparse=n == 1)
+        n = int(n_out[0])
+        return NextTokenDistribution.from_counts(toks[:n].copy(), cnts[:n].copy(), total[0], suffix_len, n == 1)
 
     def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
         """Exact net next-token distribution after the whole prompt."""
@@ -208,24 +206,9 @@ class DifferenceIndex:
         num, den = np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=np.uint64)
         slen, sparse = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8)
         err = err_buffer()
-        with self.index._handle() as p, self.removed._handle() as m:  # (Ctrl-C: see _interrupt)
+        with self.index.native_handle() as p, self.removed.native_handle() as m:  # (Ctrl-C: see _interrupt)
             rc = call_interruptibly(lib.ig_diff_score, p, m, ptr(q, "uint32_t"), n, ptr(num, "uint64_t"),
                                     ptr(den, "uint64_t"), ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), work=n,
                                     tail=(err, len(err)))
         check(rc, err)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            probs = np.where(den > 0, num / np.maximum(den, 1), 0.0)
-        return ScoreResult(probs=probs, counts=num, prompt_counts=den, suffix_len=slen,
-                           sparse=sparse.astype(bool))
-
-
-def open_difference(index: Any, subtract: Any, *, verify: bool = False) -> DifferenceIndex:
-    """Open `index` (a path or list of paths) minus `subtract` (a path or list of paths, opened
-    as one union); the result owns both."""
-    full = InfiniGramIndex.open(index)
-    try:
-        removed = InfiniGramIndex.open(subtract)
-    except BaseException:
-        full.close()
-        raise
-    return DifferenceIndex(full, removed, owns=True, verify=verify)
+        return ScoreResult.from_counts(num, den, slen, sparse)

@@ -2,7 +2,6 @@
 results out. Opening memory-maps the files; nothing is read until a query touches it."""
 from __future__ import annotations
 
-import array
 import contextlib
 import itertools
 import os
@@ -18,61 +17,25 @@ from .._core import format as fmt
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
-from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.errors import IndexFormatError, InfiniGramError
+from .._core.ids import as_ids, as_token
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from . import batch, search
+from .difference import DifferenceIndex
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+from .states import SuffixCache
 
 if TYPE_CHECKING:
-    from .states import SuffixCache
     from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
-    from .difference import DifferenceIndex
     from .search import SearchResult
 
 PathLike = Union[str, os.PathLike]
-_EMPTY = np.zeros(0, dtype=np.uint32)
 _OPEN_PATIENCE = 30.0  # seconds open() keeps retrying while the directory keeps being replaced
 MAX_POSITIONS = 1_000_000  # positions() without a limit lists at most this many
 
 
-_U32_CODE = "I" if array.array("I").itemsize == 4 else "L"
-
-
-def as_ids(ids: Any, name: str = "ids") -> np.ndarray:
-    """Token ids as a contiguous uint32 array; a clear ValueError for anything that is not."""
-    if type(ids) is list and ids and type(ids[0]) is not bool:
-        # Fast path for lists of ints: array.array converts in C (~10x faster than numpy's
-        # inference) and refuses negatives, ids >= 2**32 and non-integers, which then take the
-        # general path below for the error message.
-        try:
-            return np.frombuffer(array.array(_U32_CODE, ids), dtype=np.uint32)
-        except (OverflowError, TypeError):
-            pass
-    if hasattr(ids, "detach"):  # torch tensors, without importing torch
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        return _EMPTY
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.dtype == np.uint32:
-        return np.ascontiguousarray(arr)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi > 0xFFFFFFFF:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"{name}: id {bad} is outside the vocabulary")
-    return np.ascontiguousarray(arr, dtype=np.uint32)
-
-
-def _token(token: Any) -> np.ndarray:
-    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
-        raise ValueError(f"token must be an int id, got {token!r}")
-    return as_ids([int(token)], "token")
-
-
 class _Query:
-    """Guard of one query (``with index._handle() as ix``): holds a reference to the C handle
+    """Guard of one query (``with index.native_handle() as ix``): holds a reference to the C handle
     for as long as the query runs.
 
     The handle is an ``ffi.gc`` object whose last reference frees it (``ig_close``): close()
@@ -172,6 +135,7 @@ class InfiniGramIndex:
                     d.close()
                 lib.ig_close(raw)
                 raise
+        self._state_size = int(lib.ig_state_size(raw))
         self._shard_docs = np.concatenate([[0], np.cumsum(docs, dtype=np.int64)]).astype(np.int64)
         self._docmeta = docmeta
         # The C handle and the metadata files are released together, with the handle's last
@@ -190,10 +154,14 @@ class InfiniGramIndex:
         answering as an index built without those documents (see infinigram_hf.difference;
         `verify=True` also spot-checks the subset property).
         """
-        if subtract is not None:
-            from .difference import open_difference
-
-            return open_difference(path, subtract, verify=verify)
+        if subtract is not None:  # the result owns both indexes
+            full = cls.open(path)
+            try:
+                removed = cls.open(subtract)
+            except BaseException:
+                full.close()
+                raise
+            return DifferenceIndex(full, removed, owns=True, verify=verify)
         paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
         if not paths:
             raise ValueError("no index path given")
@@ -274,8 +242,10 @@ class InfiniGramIndex:
     def closed(self) -> bool:
         return self._ix is None
 
-    def _handle(self) -> _Query:
-        """The C handle, guarded so that close() never frees it under a running query."""
+    def native_handle(self) -> _Query:
+        """``with index.native_handle() as ix:`` the C ``ig_index *`` for the duration of one call
+        into the core (the other layers' way in; close() never frees it under a running call).
+        Raises InfiniGramError when the index is closed."""
         return _Query(self)
 
     # ------------------------------------------------------------ properties
@@ -308,6 +278,11 @@ class InfiniGramIndex:
         return int(self._info.n_shards)
 
     @property
+    def state_size(self) -> int:
+        """int64 values of one decoding state (`ig_state_size`: suffix length, count, a range per shard)."""
+        return self._state_size
+
+    @property
     def tokenizer_name(self) -> Optional[str]:
         return self.meta.get("tokenizer_name")
 
@@ -320,7 +295,7 @@ class InfiniGramIndex:
         return self.meta.get("eos_token_id")
 
     def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             return _shard_sizes(ix, shard)
 
     def disk_bytes(self) -> int:
@@ -349,7 +324,7 @@ class InfiniGramIndex:
         q = as_ids(ids)
         out = ffi.new("uint64_t *")
         err = err_buffer()
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             rc = lib.ig_count(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
         check(rc, err)
         return int(out[0])
@@ -357,8 +332,7 @@ class InfiniGramIndex:
     def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
         """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.batch`
         for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
-        from .batch import count_batch
-        return count_batch(self, queries, **kw)
+        return batch.count_batch(self, queries, **kw)
 
     def find(self, ids: Any) -> FindResult:
         """Suffix-array range [lo, hi) of the n-gram in every shard."""
@@ -366,7 +340,7 @@ class InfiniGramIndex:
         n = self.num_shards
         lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         err = err_buffer()
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             rc = lib.ig_find(ix, ptr(q, "uint32_t"), len(q), ptr(lo, "int64_t"), ptr(hi, "int64_t"), err, len(err))
         check(rc, err)
         return FindResult(count=int((hi - lo).sum()), lo=lo, hi=hi)
@@ -374,18 +348,16 @@ class InfiniGramIndex:
     # ------------------------------------------------------------ probabilities
 
     def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
-        q, t = as_ids(prompt, "prompt"), _token(token)
+        q, t = as_ids(prompt, "prompt"), as_token(token)
         out = ffi.new("ig_prob *")
-        qp = ffi.from_buffer("uint32_t[]", q) if len(q) else ffi.NULL
-        with self._handle() as ix:  # no message buffer unless the call fails (then asked again)
+        qp = ptr(q, "uint32_t")
+        with self.native_handle() as ix:  # no message buffer unless the call fails (then asked again)
             rc = fn(ix, qp, len(q), int(t[0]), out, ffi.NULL, 0)
             if rc:
                 err = err_buffer()
                 rc = fn(ix, qp, len(q), int(t[0]), out, err, len(err))
                 check(rc, err)
-        count, total = int(out.count), int(out.prompt_count)
-        return ProbResult(prob=count / total if total else 0.0, count=count, prompt_count=total,
-                          suffix_len=int(out.suffix_len), sparse=bool(out.sparse))
+        return ProbResult.from_counts(out.count, out.prompt_count, out.suffix_len, out.sparse)
 
     def ngram_prob(self, prompt: Any, token: int) -> ProbResult:
         """P(token | prompt) with n = len(prompt) + 1 and no backoff (0 when the prompt is unseen)."""
@@ -398,43 +370,18 @@ class InfiniGramIndex:
     def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
         """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
         `infinigram_hf.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
-        from .batch import prob_batch
-        return prob_batch(self, prompts, tokens, **kw)
-
-    def _ntd(self, q: np.ndarray, suffix_len: int) -> NextTokenDistribution:
-        ctx = q[len(q) - suffix_len:] if suffix_len else _EMPTY
-        # Start small and grow to what the core says it needs: vocab_size + 1 entries would be
-        # 48 GiB for a 32-bit vocabulary.
-        cap = min(self.vocab_size + 1, 4096)
-        n_out, total = ffi.new("int64_t *"), ffi.new("uint64_t *")
-        err = err_buffer()
-        while True:
-            toks = np.empty(cap, dtype=np.uint32)
-            cnts = np.empty(cap, dtype=np.uint64)
-            with self._handle() as ix:
-                rc = lib.ig_ntd(ix, ptr(ctx, "uint32_t"), len(ctx), ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
-                                cap, n_out, total, err, len(err))
-            if rc != lib.IG_ERR_CAPACITY or int(n_out[0]) <= cap:
-                break
-            cap = int(n_out[0])
-        check(rc, err)
-        n, tot = int(n_out[0]), int(total[0])
-        toks, cnts = toks[:n].copy(), cnts[:n].copy()
-        probs = cnts / tot if tot else np.zeros(n)
-        return NextTokenDistribution(token_ids=toks, counts=cnts, probs=probs, total=tot,
-                                     suffix_len=suffix_len, sparse=n == 1)
+        return batch.prob_batch(self, prompts, tokens, **kw)
 
     def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
         """Exact next-token distribution after the whole prompt (n = len(prompt) + 1)."""
-        from .batch import ntd_one
-        return ntd_one(self, as_ids(prompt, "prompt"), infinite=False)
+        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=False)
 
     def infgram_suffix_len(self, prompt: Any) -> int:
         """Length of the longest suffix of the prompt that occurs in the corpus."""
         q = as_ids(prompt, "prompt")
         out = ffi.new("int64_t *")
         err = err_buffer()
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             rc = lib.ig_infgram_suffix(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
         check(rc, err)
         return int(out[0])
@@ -445,19 +392,16 @@ class InfiniGramIndex:
         ``max_support``: None = exact (the default). An int caps the work: a context with more
         occurrences and no precomputed distribution is sampled; the result says ``approximate``.
         """
-        from .batch import ntd_one
-        return ntd_one(self, as_ids(prompt, "prompt"), infinite=True, max_support=max_support)
+        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=True, max_support=max_support)
 
     def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
         """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
         `infinigram_hf.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
-        from .batch import ntd_batch
-        return ntd_batch(self, prompts, **kw)
+        return batch.ntd_batch(self, prompts, **kw)
 
     def suffix_cache(self, **kw: Any) -> "SuffixCache":
         """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
-        each generated token costing about one binary search (see `infinigram_hf.incremental`)."""
-        from .states import SuffixCache
+        each generated token costing about one binary search (see `infinigram_hf.index.states`)."""
         return SuffixCache(self, **kw)
 
     # ------------------------------------------------------------ dense scoring
@@ -465,8 +409,6 @@ class InfiniGramIndex:
     def score(self, ids: Any) -> ScoreResult:
         """P_∞(ids[i] | ids[:i]) for every position, in time linear in len(ids) whatever the
         corpus (about one search per token); Ctrl-C stops it within a second."""
-        from .batch import score_batch
-
         q = as_ids(ids)
         bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
         if len(bad):
@@ -474,19 +416,17 @@ class InfiniGramIndex:
             what = "the document separator, not a token" if t == self.separator_id else \
                 f"outside the vocabulary (size {self.vocab_size})"
             raise ValueError(f"ids: id {t} at position {i} is {what}")
-        r = score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)
-        return ScoreResult(probs=r.probs, counts=r.counts, prompt_counts=r.prompt_counts, suffix_len=r.suffix_len,
-                           sparse=r.sparse)
+        return batch.score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)[0]
 
     def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
         exactly); see `infinigram_hf.batch.score_batch`."""
-        from .batch import score_batch
-        return score_batch(self, sequences, **kw)
+        return batch.score_batch(self, sequences, **kw)
 
     # ------------------------------------------------------------ documents
 
-    def _split_doc_id(self, doc_id: int) -> tuple[int, int]:
+    def doc_shard(self, doc_id: int) -> tuple[int, int]:
+        """(shard, document number inside the shard) of a global document id."""
         if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
             raise ValueError(f"doc_id must be an int, got {doc_id!r}")
         if not 0 <= doc_id < self.num_docs:
@@ -496,10 +436,10 @@ class InfiniGramIndex:
 
     def get_doc(self, doc_id: int) -> Document:
         """A document's token ids and metadata by its global id (0 .. num_docs - 1)."""
-        shard, local = self._split_doc_id(doc_id)
+        shard, local = self.doc_shard(doc_id)
         length = ffi.new("int64_t *")
         err = err_buffer()
-        with self._handle() as ix:  # the metadata too: its file is closed with the handle's last reference
+        with self.native_handle() as ix:  # the metadata too: its file is closed with the handle's last reference
             lib.ig_get_doc(ix, shard, local, ffi.NULL, 0, length, err, len(err))
             out = np.empty(int(length[0]), dtype=np.uint32)
             rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
@@ -513,7 +453,7 @@ class InfiniGramIndex:
         position = int_arg("position", position, 0, INT64_MAX)
         doc, off = ffi.new("int64_t *"), ffi.new("int64_t *")
         err = err_buffer()
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             rc = lib.ig_locate(ix, shard, position, doc, off, err, len(err))
         check(rc, err)
         return int(self._shard_docs[shard] + doc[0]), int(off[0])
@@ -530,7 +470,7 @@ class InfiniGramIndex:
         out: list[tuple[int, int]] = []
         pos = ffi.new("int64_t *")
         err = err_buffer()
-        with self._handle() as ix:
+        with self.native_handle() as ix:
             for shard, (lo, hi) in enumerate(zip(found.lo.tolist(), found.hi.tolist())):
                 for rank in range(lo, hi):
                     if limit is not None and len(out) >= limit:
@@ -548,9 +488,7 @@ class InfiniGramIndex:
         Example:
             >>> index.search_docs([["import os"], ["sys.argv", "argparse"]]).count  # doctest: +SKIP
         """
-        from .search import search_docs
-
-        return search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
+        return search.search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
                            seed=seed, tokenizer=tokenizer, decode=decode, max_spans=max_spans)
 
     # ------------------------------------------------------------ index algebra
@@ -559,6 +497,4 @@ class InfiniGramIndex:
         """This index minus `removed`, an index of a subset of its documents: every query answers
         as an index built without them (the paper's subtractive property). Neither is closed
         with the result."""
-        from .difference import DifferenceIndex
-
         return DifferenceIndex(self, removed, verify=verify)

@@ -7,6 +7,12 @@ from typing import Any, Optional
 import numpy as np
 
 
+def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den as float64, 0 where den is 0 (a context that does not occur)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.maximum(den, 1), 0.0)
+
+
 @dataclass(frozen=True)
 class ProbResult:
     """P(token | context) = count / prompt_count, for the context suffix of length suffix_len."""
@@ -16,6 +22,12 @@ class ProbResult:
     prompt_count: int
     suffix_len: int
     sparse: bool
+
+    @classmethod
+    def from_counts(cls, count: int, prompt_count: int, suffix_len: int, sparse: Any) -> "ProbResult":
+        count, prompt_count = int(count), int(prompt_count)
+        return cls(prob=count / prompt_count if prompt_count else 0.0, count=count, prompt_count=prompt_count,
+                   suffix_len=int(suffix_len), sparse=bool(sparse))
 
     @property
     def effective_n(self) -> int:
@@ -39,6 +51,13 @@ class NextTokenDistribution:
     sparse: bool
     approximate: bool = False
 
+    @classmethod
+    def from_counts(cls, token_ids: np.ndarray, counts: np.ndarray, total: int, suffix_len: int, sparse: Any,
+                    approximate: Any = False) -> "NextTokenDistribution":
+        total = int(total)
+        return cls(token_ids=token_ids, counts=counts, probs=counts / total if total else np.zeros(len(counts)),
+                   total=total, suffix_len=int(suffix_len), sparse=bool(sparse), approximate=bool(approximate))
+
     @property
     def effective_n(self) -> int:
         return self.suffix_len + 1
@@ -61,14 +80,13 @@ class FindResult:
 
 
 @dataclass(frozen=True)
-class ScoreResult:
-    """Dense ∞-gram scoring of a sequence: entry i is about ids[i] given ids[:i]."""
+class TokenProbs:
+    """Per-token probabilities: entry i is about token i given what comes before it (the
+    fields every scoring result shares)."""
 
-    probs: np.ndarray        # float64: count / prompt_count (0 where prompt_count is 0)
-    counts: np.ndarray       # uint64: cnt(suffix + token)
-    prompt_counts: np.ndarray  # uint64: cnt(suffix)
-    suffix_len: np.ndarray   # int64: matched context length
-    sparse: np.ndarray       # bool
+    probs: np.ndarray        # float64
+    suffix_len: np.ndarray   # int64: matched context length (effective n - 1)
+    sparse: np.ndarray       # bool: that context has exactly one distinct continuation
 
     @property
     def effective_n(self) -> np.ndarray:
@@ -76,6 +94,26 @@ class ScoreResult:
 
     def __len__(self) -> int:
         return len(self.probs)
+
+
+@dataclass(frozen=True)
+class CountedProbs(TokenProbs):
+    """Per-token ∞-gram probabilities with the counts they come from: probs = counts /
+    prompt_counts (0 where prompt_counts is 0)."""
+
+    counts: np.ndarray         # uint64: cnt(suffix + token)
+    prompt_counts: np.ndarray  # uint64: cnt(suffix)
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray, prompt_counts: np.ndarray, suffix_len: np.ndarray, sparse: np.ndarray,
+                    **more: Any) -> Any:
+        return cls(probs=ratio(counts, prompt_counts), counts=counts, prompt_counts=prompt_counts,
+                   suffix_len=suffix_len, sparse=sparse.astype(bool), **more)
+
+
+@dataclass(frozen=True)
+class ScoreResult(CountedProbs):
+    """Dense ∞-gram scoring of a sequence: entry i is about ids[i] given ids[:i]."""
 
 
 @dataclass(frozen=True)
@@ -93,26 +131,13 @@ class Document:
 
 
 @dataclass(frozen=True)
-class BatchProbResult:
+class BatchProbResult(CountedProbs):
     """P(tokens[i] | prompt i) for a batch: entry i is what `infgram_prob(prompt_i, token_i)` gives.
 
     Example:
         >>> r = index.infgram_prob_batch([[5, 6], [7]], tokens=[8, 9])   # doctest: +SKIP
         >>> r.probs, r[0].suffix_len                                      # doctest: +SKIP
     """
-
-    probs: np.ndarray          # float64: count / prompt_count (0 where prompt_count is 0)
-    counts: np.ndarray         # uint64: cnt(suffix + token)
-    prompt_counts: np.ndarray  # uint64: cnt(suffix)
-    suffix_len: np.ndarray     # int64: matched context length
-    sparse: np.ndarray         # bool
-
-    @property
-    def effective_n(self) -> np.ndarray:
-        return self.suffix_len + 1
-
-    def __len__(self) -> int:
-        return len(self.probs)
 
     def __getitem__(self, i: int) -> ProbResult:
         return ProbResult(prob=float(self.probs[i]), count=int(self.counts[i]),
@@ -166,16 +191,12 @@ class BatchNextTokenDistributions:
             raise IndexError(f"row {i} out of range for {len(self)} rows")
         i = i % len(self)
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        tot = int(self.total[i])
-        cnts = self.counts[a:b]
-        return NextTokenDistribution(token_ids=self.token_ids[a:b], counts=cnts,
-                                     probs=cnts / tot if tot else np.zeros(b - a), total=tot,
-                                     suffix_len=int(self.suffix_len[i]), sparse=bool(self.sparse[i]),
-                                     approximate=bool(self.approximate[i]))
+        return NextTokenDistribution.from_counts(self.token_ids[a:b], self.counts[a:b], self.total[i],
+                                                 self.suffix_len[i], self.sparse[i], self.approximate[i])
 
 
 @dataclass(frozen=True)
-class BatchScoreResult:
+class BatchScoreResult(CountedProbs):
     """Dense scoring of a batch of sequences, flat: sequence i is ``[offsets[i]:offsets[i+1]]`` of
     every array (entry j is about token j given the earlier tokens of its own sequence).
 
@@ -185,18 +206,9 @@ class BatchScoreResult:
     """
 
     offsets: np.ndarray        # int64, sequences + 1 (into the flat arrays)
-    probs: np.ndarray          # float64
-    counts: np.ndarray         # uint64
-    prompt_counts: np.ndarray  # uint64
-    suffix_len: np.ndarray     # int64
-    sparse: np.ndarray         # bool
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
-
-    @property
-    def effective_n(self) -> np.ndarray:
-        return self.suffix_len + 1
 
     def __getitem__(self, i: int) -> ScoreResult:
         if not -len(self) <= i < len(self):

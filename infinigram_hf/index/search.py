@@ -250,7 +250,7 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
                                         "check": _CHECKS[_check]})
     stats = ffi.new("ig_search_stats *")
     err = err_buffer()
-    with index._handle() as ix:
+    with index.native_handle() as ix:
         rc = lib.ig_search_docs(ix, ptr(ids, "uint32_t"), ptr(term_off, "int64_t"), len(term_off) - 1,
                                 ptr(clause_off, "int64_t"), len(clause_off) - 1, opts, ptr(out, "int64_t"),
                                 cap, n_out, stats, err, len(err))
@@ -310,10 +310,10 @@ class _SpanFinder:
         """(spans, capped): at most `limit` rows, the first by offset; capped when there are more.
         The C scan stops one hit past its buffer, and the buffer grows (x8) up to `limit`: work
         and memory follow the rows returned, not the hits in the document."""
-        shard, local = self.index._split_doc_id(doc_id)
+        shard, local = self.index.doc_shard(doc_id)
         while True:
             cap = min(self.cap, limit)
-            with self.index._handle() as ix:
+            with self.index.native_handle() as ix:
                 rc = lib.ig_doc_spans(ix, shard, local, self._ids_p, self._off_p, self.n_terms, self._offs_p,
                                       self._terms_p, cap, self._n, self._err, len(self._err))
             if rc != lib.IG_ERR_CAPACITY or cap >= limit:

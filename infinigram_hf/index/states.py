@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from .._core.native import check, err_buffer, ffi, lib
-from .batch import (DEFAULT_MAX_ENTRIES, _max_entries, _max_support, _p, _prob_result, _threads, _tokens, as_batch,
-                    collect_ntd_batch)
+from .._core.args import max_entries_arg, max_support_arg, n_threads_arg
+from .._core.ids import as_ids, one_per_row
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from .batch import DEFAULT_MAX_ENTRIES, as_batch, collect_ntd_batch
 from .results import BatchNextTokenDistributions, BatchProbResult, NextTokenDistribution, ProbResult
 
 if TYPE_CHECKING:
@@ -76,21 +77,16 @@ class DecodingState:
 
 
 def _ids(context: Any) -> np.ndarray:
-    from .infinigram_index import as_ids
     return as_ids(context, "context")
-
-
-def _state_size(index: "InfiniGramIndex") -> int:
-    return 2 + 2 * index.num_shards
 
 
 def init_state(index: "InfiniGramIndex", context: Any) -> DecodingState:
     """The state of a context, searched from scratch (the longest suffix that occurs)."""
     q = _ids(context)
-    out = np.zeros(_state_size(index), dtype=np.int64)
+    out = np.zeros(index.state_size, dtype=np.int64)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_state_init(ix, _p(q, "uint32_t"), len(q), _p(out, "int64_t"), err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_state_init(ix, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), err, len(err))
     check(rc, err)
     return DecodingState(out)
 
@@ -102,11 +98,11 @@ def extend_state(index: "InfiniGramIndex", state: DecodingState, context: Any) -
     tokens (the matched suffix and the new token).
     """
     q = _ids(context)
-    out = np.zeros(_state_size(index), dtype=np.int64)
+    out = np.zeros(index.state_size, dtype=np.int64)
     st = np.ascontiguousarray(state.values, dtype=np.int64)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_state_extend(ix, _p(st, "int64_t"), _p(q, "uint32_t"), len(q), _p(out, "int64_t"), err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_state_extend(ix, ptr(st, "int64_t"), ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), err, len(err))
     check(rc, err)
     return DecodingState(out)
 
@@ -116,9 +112,9 @@ def _stack(index: "InfiniGramIndex", states: Any) -> np.ndarray:
         arr = states
     else:
         arr = np.stack([s.values if isinstance(s, DecodingState) else np.asarray(s) for s in states]) if len(states) \
-            else np.zeros((0, _state_size(index)), dtype=np.int64)
-    if arr.ndim != 2 or arr.shape[1] != _state_size(index):
-        raise ValueError(f"states must be DecodingStates or an (n, {_state_size(index)}) int64 array, got shape {arr.shape}")
+            else np.zeros((0, index.state_size), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != index.state_size:
+        raise ValueError(f"states must be DecodingStates or an (n, {index.state_size}) int64 array, got shape {arr.shape}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -126,16 +122,16 @@ def states_prob(index: "InfiniGramIndex", states: Any, tokens: Any, *, n_threads
     """P_∞(tokens[i] | context i) from the contexts' states (one C call)."""
     arr = _stack(index, states)
     n = len(arr)
-    toks = _tokens(tokens, n)
+    toks = one_per_row(tokens, n)
     count, prompt = np.zeros(max(n, 1), dtype=np.uint64), np.zeros(max(n, 1), dtype=np.uint64)
     slen, sparse = np.zeros(max(n, 1), dtype=np.int64), np.zeros(max(n, 1), dtype=np.uint8)
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_state_prob_batch(ix, _p(arr, "int64_t"), n, _p(toks, "uint32_t"), _p(count, "uint64_t"),
-                                     _p(prompt, "uint64_t"), _p(slen, "int64_t"), _p(sparse, "uint8_t"),
-                                     _threads(n_threads), err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_state_prob_batch(ix, ptr(arr, "int64_t"), n, ptr(toks, "uint32_t"), ptr(count, "uint64_t"),
+                                     ptr(prompt, "uint64_t"), ptr(slen, "int64_t"), ptr(sparse, "uint8_t"),
+                                     n_threads_arg(n_threads), err, len(err))
     check(rc, err)
-    return _prob_result(count[:n], prompt[:n], slen[:n], sparse[:n])
+    return BatchProbResult.from_counts(count[:n], prompt[:n], slen[:n], sparse[:n])
 
 
 def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[int] = None,
@@ -145,9 +141,9 @@ def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[i
     arr = _stack(index, states)
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
-    with index._handle() as ix:
-        rc = lib.ig_ntd_batch_states_capped(ix, _p(arr, "int64_t"), len(arr), _max_support(max_support),
-                                            _max_entries(max_entries), _threads(n_threads), out, err, len(err))
+    with index.native_handle() as ix:
+        rc = lib.ig_ntd_batch_states_capped(ix, ptr(arr, "int64_t"), len(arr), max_support_arg(max_support),
+                                            max_entries_arg(max_entries), n_threads_arg(n_threads), out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])
 
@@ -200,7 +196,7 @@ class SuffixCache:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
         self.index = index
         self.lookback = lookback
-        self.max_support = _max_support(max_support)
+        self.max_support = max_support_arg(max_support)
         self._states = _LRU(max_states)
         self._dists = _LRU(max_distributions)
         self._lock = threading.Lock()
@@ -263,7 +259,7 @@ class SuffixCache:
         parent (one token shorter) is cached are extended in one C call; others one by one.
         ``batch_kw``: offsets= / lengths= / padding_side= as in infinigram_hf.batch."""
         values, offs = as_batch(contexts, name="contexts", **batch_kw)
-        n, size = len(offs) - 1, _state_size(self.index)
+        n, size = len(offs) - 1, self.index.state_size
         out = np.zeros((n, size), dtype=np.int64)
         rows = [values[offs[i]:offs[i + 1]] for i in range(n)]
         keys = [self._keys(r) for r in rows]
@@ -291,9 +287,9 @@ class SuffixCache:
             st = np.ascontiguousarray(out[todo_ext])
             res = np.zeros_like(st)
             err = err_buffer()
-            with self.index._handle() as ix:
-                rc = lib.ig_state_extend_batch(ix, _p(st, "int64_t"), _p(tv, "uint32_t"), len(tv), _p(to, "int64_t"),
-                                               len(todo_ext), _p(res, "int64_t"), 0, err, len(err))
+            with self.index.native_handle() as ix:
+                rc = lib.ig_state_extend_batch(ix, ptr(st, "int64_t"), ptr(tv, "uint32_t"), len(tv), ptr(to, "int64_t"),
+                                               len(todo_ext), ptr(res, "int64_t"), 0, err, len(err))
             check(rc, err)
             out[todo_ext] = res
             self.stats["extended"] += len(todo_ext)

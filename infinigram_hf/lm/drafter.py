@@ -34,8 +34,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
-from .._core.native import check, err_buffer, ffi, lib
-from ..index.infinigram_index import InfiniGramIndex
+from .._core.ids import as_i64_ids
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from ..index import InfiniGramIndex
 
 SOURCES = ("longest", "lookup_first", "infgram_first", "infgram", "lookup")
 
@@ -191,8 +192,6 @@ class InfiniGramDrafter:
         self.eos_token_id = opt_int_arg("eos_token_id", eos_token_id, 0)
         self.cache = cache if cache is not None else (index.suffix_cache(lookback=max(16, self.max_draft + 2))
                                                       if index is not None else None)
-        if index is not None:
-            self._state_size = 2 + 2 * index.num_shards
         self._param_values = {
             "max_draft": self.max_draft, "min_match": self.min_match, "match_ratio": self.match_ratio,
             "min_count": self.min_count, "min_share": self.min_share, "min_joint": self.min_joint,
@@ -242,12 +241,12 @@ class InfiniGramDrafter:
         st = np.ascontiguousarray(state, dtype=np.int64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        with self.index._handle() as ix:
-            rc = lib.ig_draft_chain(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_tokens, self.min_count,
+        with self.index.native_handle() as ix:
+            rc = lib.ig_draft_chain(ix, ptr(st, "int64_t"), max_tokens, self.min_count,
                                     self.min_share, self.min_joint, eos,
-                                    ffi.cast("uint32_t *", ffi.from_buffer(b.tok)),
-                                    ffi.cast("uint64_t *", ffi.from_buffer(b.cnt)),
-                                    ffi.cast("uint64_t *", ffi.from_buffer(b.tot)), b.n, b.err, len(b.err))
+                                    ptr(b.tok, "uint32_t"),
+                                    ptr(b.cnt, "uint64_t"),
+                                    ptr(b.tot, "uint64_t"), b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return Draft(b.tok[:n].astype(np.int64), "infgram", int(state[0]), b.cnt[:n].copy(), b.tot[:n].copy())
@@ -260,8 +259,8 @@ class InfiniGramDrafter:
         if cap <= 0 or len(seq) < 2:
             return _NONE
         b = self._scratch()
-        m = lib.ig_draft_lookup(ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), self.lookup_min_match,
-                                self.lookup_max_match, cap, ffi.cast("int64_t *", ffi.from_buffer(b.look)), b.n, ffi.NULL)
+        m = lib.ig_draft_lookup(ptr(seq, "int64_t"), len(seq), self.lookup_min_match,
+                                self.lookup_max_match, cap, ptr(b.look, "int64_t"), b.n, ffi.NULL)
         if m <= 0:
             return _NONE
         k = min(int(b.n[0]), self.cap_for(int(m)))
@@ -272,7 +271,7 @@ class InfiniGramDrafter:
     def draft(self, ids: Any, max_tokens: Optional[int] = None) -> Draft:
         """A draft continuing `ids` (1-D real token ids, no padding), at most max_tokens long.
         Stateless: the ∞-gram state comes from the SuffixCache (keyed by context)."""
-        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
+        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else as_i64_ids(ids)
         state = self.infgram_state(seq).copy() if self._use_inf else None
         return self._step(seq, state, 0, self._limit(max_tokens))
 
@@ -288,14 +287,14 @@ class InfiniGramDrafter:
         """One C call: advance `state` (in place) through the last n_new ids of seq, then draft
         (caps: the adaptive caps of the ∞-gram and lookup drafts, -1 = none)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
-        st = ffi.cast("int64_t *", ffi.from_buffer(state)) if state is not None else ffi.NULL
+        st = ptr(state, "int64_t") if state is not None else ffi.NULL
         b = self._scratch()
         b.params.infgram_cap, b.params.lookup_cap = caps
-        with (self.index._handle() if self._use_inf else _nullcontext()) as ix:
-            rc = lib.ig_draft_step(ix, st, ffi.cast("int64_t *", ffi.from_buffer(seq)), len(seq), n_new, b.params,
-                                   limit, ffi.cast("int64_t *", ffi.from_buffer(b.out)),
-                                   ffi.cast("uint64_t *", ffi.from_buffer(b.cnt)),
-                                   ffi.cast("uint64_t *", ffi.from_buffer(b.tot)), b.n, b.match, b.src, b.err,
+        with (self.index.native_handle() if self._use_inf else _nullcontext()) as ix:
+            rc = lib.ig_draft_step(ix, st, ptr(seq, "int64_t"), len(seq), n_new, b.params,
+                                   limit, ptr(b.out, "int64_t"),
+                                   ptr(b.cnt, "uint64_t"),
+                                   ptr(b.tot, "uint64_t"), b.n, b.match, b.src, b.err,
                                    len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
@@ -317,7 +316,7 @@ class InfiniGramDrafter:
     def start(self, ids: Any) -> "DraftRow":
         """Per-sequence drafting state for a decoding loop that adds tokens with `append`: the
         ∞-gram state is carried along (advanced inside the next draft's C call; no hashing)."""
-        seq = _as_i64(ids)
+        seq = as_i64_ids(ids)
         row = DraftRow(np.zeros(max(64, 2 * len(seq)), dtype=np.int64), len(seq), 0, None)
         row.buf[:len(seq)] = seq
         if self._use_inf:
@@ -430,14 +429,14 @@ class InfiniGramDrafter:
         st = np.ascontiguousarray(state, dtype=np.int64)
         toks = np.zeros(max(k, 1), dtype=np.uint32)
         cnts = np.zeros(max(k, 1), dtype=np.uint64)
-        child = np.zeros((max(k, 1), self._state_size), dtype=np.int64)
+        child = np.zeros((max(k, 1), self.index.state_size), dtype=np.int64)
         total = ffi.new("uint64_t *")
         b = self._scratch()
-        with self.index._handle() as ix:
-            rc = lib.ig_draft_children(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), k,
-                                       ffi.cast("uint32_t *", ffi.from_buffer(toks)),
-                                       ffi.cast("uint64_t *", ffi.from_buffer(cnts)),
-                                       ffi.cast("int64_t *", ffi.from_buffer(child)), total, b.n, b.err, len(b.err))
+        with self.index.native_handle() as ix:
+            rc = lib.ig_draft_children(ix, ptr(st, "int64_t"), k,
+                                       ptr(toks, "uint32_t"),
+                                       ptr(cnts, "uint64_t"),
+                                       ptr(child, "int64_t"), total, b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
@@ -448,7 +447,7 @@ class InfiniGramDrafter:
         the other source's draft, and the ∞-gram's best-first tree (`best_first`: up to `width`
         continuations per node, nodes whose path probability is at least min_prob). At most
         max_nodes nodes; paths at most max_tokens (and the match-length cap) deep."""
-        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else _as_i64(ids)
+        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else as_i64_ids(ids)
         width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
         limit = self._limit(max_tokens)
         state = self.infgram_state(seq) if self._use_inf else None
@@ -474,11 +473,11 @@ class InfiniGramDrafter:
         probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        with self.index._handle() as ix:
-            rc = lib.ig_draft_tree(ix, ffi.cast("int64_t *", ffi.from_buffer(st)), max_nodes, max_depth, width, min_prob,
-                                   eos, ffi.cast("int64_t *", ffi.from_buffer(toks)),
-                                   ffi.cast("int64_t *", ffi.from_buffer(par)),
-                                   ffi.cast("double *", ffi.from_buffer(probs)), b.n, b.err, len(b.err))
+        with self.index.native_handle() as ix:
+            rc = lib.ig_draft_tree(ix, ptr(st, "int64_t"), max_nodes, max_depth, width, min_prob,
+                                   eos, ptr(toks, "int64_t"),
+                                   ptr(par, "int64_t"),
+                                   ptr(probs, "double"), b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         depth = np.zeros(n, dtype=np.int64)
@@ -541,17 +540,6 @@ class _nullcontext:
 
     def __exit__(self, *exc: Any) -> None:
         return None
-
-
-def _as_i64(ids: Any) -> np.ndarray:
-    if hasattr(ids, "detach"):
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.ndim != 1:
-        raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"ids must hold integer token ids, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
 
 
 __all__ = ["Draft", "DraftRow", "DraftTree", "InfiniGramDrafter"]

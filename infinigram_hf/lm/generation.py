@@ -19,7 +19,7 @@ import numpy as np
 from .._core.args import float_arg, int_arg, opt_int_arg
 from .._core.native import ffi
 from .._core.errors import InfiniGramError
-from ..index.infinigram_index import as_ids
+from .._core.ids import as_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import InfiniGramLM

@@ -20,7 +20,7 @@ import numpy as np
 from .._core.args import float_arg, int_arg
 from .._core.errors import TokenizerMismatchError
 from .._core.tokenization import tokenizer_name, vocab_fingerprint
-from ..index.infinigram_index import InfiniGramIndex
+from ..index import InfiniGramIndex
 
 DEFAULT_LAMBDA_SPARSE = 0.5
 DEFAULT_LAMBDA_DENSE = 0.3

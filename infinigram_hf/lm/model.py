@@ -35,7 +35,8 @@ from .._core import tokenization as tk
 from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.errors import TokenizerMismatchError
-from ..index.infinigram_index import InfiniGramIndex, as_ids
+from .._core.ids import as_ids
+from ..index import InfiniGramIndex
 from .smoothing import SmoothingParams
 
 METHODS = ("infgram", "backoff", "kn", "wb")
@@ -127,7 +128,7 @@ class InfiniGramLM:
         self._lock = threading.Lock()
         out = ffi.new("ig_lm **")
         err = err_buffer()
-        with index._handle() as ix:
+        with index.native_handle() as ix:
             check(lib.ig_lm_new(out, ix, self.max_context, int(cache_entries), err, len(err)), err)
         self._lm = ffi.gc(out[0], lib.ig_lm_free)
         self._estimated: Dict[Optional[int], SmoothingParams] = {}
@@ -215,7 +216,7 @@ class InfiniGramLM:
         slen = np.zeros(n, dtype=np.int64)
         sparse = np.zeros(n, dtype=np.uint8)
         err = err_buffer()
-        with self._lock, self.index._handle():
+        with self._lock, self.index.native_handle():
             rc = lib.ig_lm_score(self._lm, cfg, ptr(q, "uint32_t"), n, ptr(probs, "double"),
                                  ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), err, len(err))
         check(rc, err)
@@ -251,7 +252,7 @@ class InfiniGramLM:
         cfg, keep = self._config(method, **opts)
         out = np.zeros(self.vocab_size + 1)
         err = err_buffer()
-        with self._lock, self.index._handle():
+        with self._lock, self.index.native_handle():
             rc = lib.ig_lm_distribution(self._lm, cfg, ptr(q, "uint32_t"), len(q), ptr(out, "double"), err, len(err))
         check(rc, err)
         return out
@@ -277,7 +278,7 @@ class InfiniGramLM:
         err = err_buffer()
         while pos < end:
             buf = np.zeros((cap, NSTAT), dtype=np.int64)
-            with self._lock, self.index._handle():
+            with self._lock, self.index.native_handle():
                 rc = lib.ig_lm_levels(self._lm, ptr(q, "uint32_t"), n, pos, end, depth, int(eod), int(with_cont),
                                       ptr(buf, "int64_t"), cap, rows_out, next_pos, err, len(err))
             check(rc, err)
@@ -299,7 +300,7 @@ class InfiniGramLM:
             cont = np.zeros((max_n, kmax), dtype=np.uint64)
             types = np.zeros(max_n, dtype=np.uint64)
             err = err_buffer()
-            with self.index._handle() as ix:
+            with self.index.native_handle() as ix:
                 rc = lib.ig_lm_count_of_counts(ix, max_n, kmax, ptr(raw, "uint64_t"), ptr(cont, "uint64_t"),
                                                ptr(types, "uint64_t"), err, len(err))
             check(rc, err)
@@ -323,7 +324,7 @@ class InfiniGramLM:
         mt = np.zeros(n, dtype=np.uint64)
         n_out, ended = ffi.new("int64_t *"), ffi.new("int *")
         err = err_buffer()
-        with self._lock, self.index._handle():
+        with self._lock, self.index.native_handle():
             rc = lib.ig_lm_generate(self._lm, cfg, smp, ptr(ctx, "uint32_t"), len(ctx), n, ptr(state, "uint64_t"),
                                     ffi.NULL, 0, ptr(out, "uint32_t"), ptr(sl, "int64_t"), ptr(mt, "uint64_t"),
                                     n_out, ended, err, len(err))

@@ -94,7 +94,7 @@ def _search(ix, term_off, max_diff: int):
     opts = ffi.new("ig_search_opts *", {"max_clause_freq": 1000, "max_diff_tokens": max_diff, "seed": 0, "check": 0})
     stats = ffi.new("ig_search_stats *")
     err = err_buffer()
-    with ix._handle() as h:
+    with ix.native_handle() as h:
         rc = lib.ig_search_docs(h, ffi.from_buffer("uint32_t[]", ids), ffi.from_buffer("int64_t[]", toff), 2,
                                 ffi.from_buffer("int64_t[]", coff), 2, opts, ffi.from_buffer("int64_t[]", docs),
                                 64, n_out, stats, err, len(err))
