@@ -31,7 +31,7 @@ import numpy as np
 
 with atheris.instrument_imports():
     import infinigram_hf.index.batch  # noqa: F401
-    import infinigram_hf.cli.index_commands as cli
+    import infinigram_hf.cli as cli
     import infinigram_hf.index.states  # noqa: F401
     import infinigram_hf.lm.model as lm_mod
     import infinigram_hf.index.search as search_mod

@@ -359,7 +359,7 @@ def prepare(out: Path, max_files: Optional[int], rebuild: bool, progress: bool) 
     print(f"index      {n:,} tokens in {index.num_docs:,} documents, {how} in {stamp['build_seconds']:.1f} s "
           f"(tokenize + suffix array), {n / stamp['build_seconds'] / 1e6:.2f}M tokens/s; opened in "
           f"{format_seconds(open_s)}")
-    from .cli.index_commands import official_bytes_per_token
+    from ._core.format import official_bytes_per_token
 
     shard_dirs = [index_dir / s["dir"] for s in index.meta["shards"]]
     core = sum((d / f).stat().st_size for d in shard_dirs for f in ("tokens.bin", "sa.bin"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import reprlib
 import struct
@@ -241,3 +242,10 @@ class DocMetadata:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
+
+
+def official_bytes_per_token(num_tokens: int, vocab_size: int) -> int:
+    """The official infini-gram engine's footprint: u16 tokens (u32 above 65535 ids) plus a
+    suffix-array pointer of ceil(log2(token bytes) / 8) bytes: 2 + ceil(log2(2N)/8) for u16."""
+    width = 2 if vocab_size <= 65535 else 4
+    return width + max(1, math.ceil(math.log2(max(width * num_tokens, 2)) / 8))

@@ -1,159 +1,20 @@
-"""`infinigram-hf`: build, query and inspect ∞-gram indexes from the command line.
+"""`infinigram-hf` subcommands on indexes: build, query, info, search.
 
 Example:
     $ infinigram-hf build corpus/ --out my_index --tokenizer bytes
     $ infinigram-hf query my_index --text "def main(" --top 5
     $ infinigram-hf info my_index
-
-Every subcommand is one `add_<name>(subparsers)` function that declares its arguments and sets
-`func=` to a `run_<name>(args) -> int` handler; adding a subcommand means writing that pair and
-listing the `add_` function in COMMANDS. Bad input (a missing file, an unknown id, a tokenizer
-that does not match the index) prints one line on stderr and exits with status 2.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import re
-import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional
 
-from .._core.safe_text import printable, printable_json
-from .._core.errors import InfiniGramError, TokenizerMismatchError
-
-PROG = "infinigram-hf"
-EXIT_USAGE = 2
-END_OF_DOCUMENT = "<end of document>"
-
-
-class CLIError(Exception):
-    """Bad command-line input: reported as one line, exit status 2."""
-
-
-# ------------------------------------------------------------------ helpers for every subcommand
-
-
-def to_json(obj: Any, indent: int = 0) -> str:
-    """JSON, indented by object, with lists of plain values and small objects kept on one line.
-
-    >>> print(to_json({"ids": [1, 2], "top": [{"id": 1}]}))
-    {
-      "ids": [1, 2],
-      "top": [
-        {"id": 1}
-      ]
-    }
-    """
-    flat = json.dumps(obj, ensure_ascii=False)
-    if not isinstance(obj, (dict, list)) or not obj or len(flat) <= 100 and not any(
-            isinstance(v, (dict, list)) and v for v in (obj.values() if isinstance(obj, dict) else obj)):
-        return flat
-    pad = "  " * (indent + 1)
-    if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {to_json(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
-    if all(not isinstance(v, (dict, list)) for v in obj):
-        return flat  # a list of plain values stays on one line however long
-    return "[\n" + ",\n".join(pad + to_json(v, indent + 1) for v in obj) + "\n" + "  " * indent + "]"
-
-
-def print_json(obj: Any) -> None:
-    """Print a JSON document on stdout (UTF-8, see to_json; the control and invisible
-    characters JSON leaves raw are written as \\u escapes, so file content cannot drive the
-    terminal)."""
-    sys.stdout.write(printable_json(to_json(obj)) + "\n")
-
-
-_ID = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
-
-
-def parse_ids(text: str) -> List[int]:
-    """'1,2, 3' -> [1, 2, 3]; '' -> [] (the empty query). ASCII digits only: int() would also
-    read '١٢' (Arabic-Indic) or '１２' (fullwidth) as 12."""
-    parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
-    bad = next((p for p in parts if not _ID.fullmatch(p)), None)
-    if bad is not None:
-        raise CLIError(f"--ids must be comma-separated integers (ASCII digits), got {text[:80]!r}")
-    return [int(p) for p in parts]
-
-
-def parse_columns(text: Optional[str]) -> List[str]:
-    """'id,url' -> ['id', 'url']."""
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
-
-
-def open_index(paths: Sequence[str]) -> Any:
-    """Open one index directory, or several as one index."""
-    from ..index.infinigram_index import InfiniGramIndex
-
-    for p in paths:
-        if not Path(p).is_dir():
-            raise CLIError(f"index directory not found: {p}")
-    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else list(paths))
-
-
-class SavedTokenizer:
-    """An index's saved fast tokenizer read with `tokenizers` alone: the same ids as the HF
-    tokenizer (tokenizer.json holds its whole pipeline) without importing transformers and torch,
-    which would add seconds to every CLI call."""
-
-    def __init__(self, path: Path):
-        from tokenizers import Tokenizer
-
-        self._tokenizer = Tokenizer.from_file(str(path))  # tokenization.encode_texts batches on it
-        self.name_or_path = str(path.parent)
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> List[int]:
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def decode(self, ids: Sequence[int], **_: Any) -> str:
-        return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
-
-
-def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:
-    """The tokenizer to turn --text into ids for `index`.
-
-    `name` ('bytes', a local directory or a hub name) wins and is checked against the vocabulary
-    fingerprint stored in the index; otherwise the tokenizer saved in index/tokenizer/ is used,
-    or raw bytes for a byte-level index.
-    """
-    from .._core import tokenization as tk
-
-    if name:
-        tok = tk.resolve_tokenizer(None if name == "bytes" else name)
-        want = index.vocab_fingerprint
-        if want is not None and tk.vocab_fingerprint(tok) != want:
-            raise TokenizerMismatchError(
-                f"tokenizer {name!r} is not the one the index was built with "
-                f"({index.tokenizer_name!r}; vocabulary fingerprints differ)")
-        return tok
-    saved = Path(index.paths[0]) / "tokenizer"
-    if (saved / "tokenizer.json").is_file():
-        return SavedTokenizer(saved / "tokenizer.json")
-    if saved.is_dir():
-        return tk.resolve_tokenizer(str(saved))
-    if index.tokenizer_name == tk.BYTES_NAME:
-        return tk.ByteTokenizer()
-    raise CLIError(
-        f"the index was built with tokenizer {index.tokenizer_name!r}, which is not saved in it; "
-        "pass --tokenizer NAME_OR_PATH, or --ids")
-
-
-def token_text(tok: Any, token_id: int, separator_id: int) -> Optional[str]:
-    """A token id shown as text (bytes that are not UTF-8 on their own as \\xNN)."""
-    from .._core.tokenization import ByteTokenizer
-
-    if token_id == separator_id:
-        return END_OF_DOCUMENT
-    if tok is None:
-        return None
-    if isinstance(tok, ByteTokenizer):
-        return bytes([token_id]).decode("utf-8", errors="backslashreplace")
-    return tok.decode([token_id])
-
+from .._core.format import official_bytes_per_token
+from .._core.safe_text import printable
+from .common import CLIError, load_index_tokenizer, open_index, parse_columns, parse_ids, print_json, token_text
 
 # ------------------------------------------------------------------ build
 
@@ -384,13 +245,6 @@ def add_info(sub: Any) -> None:
     p.set_defaults(func=run_info)
 
 
-def official_bytes_per_token(num_tokens: int, vocab_size: int) -> int:
-    """The official infini-gram engine's footprint: u16 tokens (u32 above 65535 ids) plus a
-    suffix-array pointer of ceil(log2(token bytes) / 8) bytes: 2 + ceil(log2(2N)/8) for u16."""
-    width = 2 if vocab_size <= 65535 else 4
-    return width + max(1, math.ceil(math.log2(max(width * num_tokens, 2)) / 8))
-
-
 def run_info(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     index = open_index(args.index)
@@ -528,54 +382,3 @@ def run_search(args: argparse.Namespace) -> int:
 
 # One registration function per subcommand; new subcommands add theirs here.
 COMMANDS: List[Callable[[Any], None]] = [add_build, add_query, add_info, add_search]
-
-# Errors that are the user's input, not a bug: one line on stderr, exit status 2.
-USER_ERRORS = (CLIError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               PermissionError, InfiniGramError)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .._version import __version__
-
-    parser = argparse.ArgumentParser(prog=PROG, description="The ∞-gram language model: build, query, inspect.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for add in COMMANDS:
-        add(sub)
-    from .lm_commands import register as register_lm  # generate, lm-perplexity, lm-tune, analyze, decontaminate
-
-    register_lm(sub)
-    return parser
-
-
-def _check_option_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """argparse drops a '--' given as an option's value ('--ids=--') and stores [] instead of
-    a string (Python <= 3.12); refuse it rather than fail on a list later."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for action in sub.choices[args.command]._actions:
-        if action.option_strings and action.nargs is None and isinstance(getattr(args, action.dest, None), list):
-            raise CLIError(f"{action.option_strings[-1]}: '--' is not a valid value")
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        _check_option_values(parser, args)
-        return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PROG} {args.command}: error: {printable(msg)}", file=sys.stderr)  # (paths, file content)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `infinigram-hf query ... | head`
-        sys.stderr.close()
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from ..index import InfiniGramIndex
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
-from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
+from .._core.tokenization import check_tokenizer
+from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 from .._core.tokenization import encode_texts
 
 

@@ -18,7 +18,8 @@ import torch
 
 from .._core.args import int_arg
 from ..index import InfiniGramIndex
-from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab, check_tokenizer
+from .._core.tokenization import check_tokenizer
+from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
     from transformers import LogitsProcessor as _Base

@@ -15,18 +15,14 @@ Example:
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from .._core import tokenization as tk
 from .._core.args import int_arg, short_repr
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from .._core.errors import TokenizerMismatchError
 from .results import Document
 
 MAX_CLAUSES = int(lib.IG_SEARCH_MAX_CLAUSES)
@@ -86,29 +82,6 @@ class SearchResult:
 
 
 # ---------------------------------------------------------------------------- the query
-
-_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-_TOK_LOCK = threading.Lock()
-
-
-def index_tokenizer(index: Any) -> Optional[Any]:
-    """The tokenizer an index was built with, when it can be had offline: raw bytes, or the HF
-    tokenizer saved in ``<index>/tokenizer``. None otherwise. Cached per index."""
-    with _TOK_LOCK:
-        if index in _TOKENIZERS:
-            return _TOKENIZERS[index]
-    tok = getattr(index, "tokenizer", None)
-    if tok is None:
-        if index.tokenizer_name == tk.BYTES_NAME:
-            tok = tk.ByteTokenizer()
-        else:
-            saved = Path(index.paths[0]) / "tokenizer"
-            if saved.is_dir():
-                tok = tk.resolve_tokenizer(str(saved))  # (never runs code from the index)
-    with _TOK_LOCK:
-        _TOKENIZERS[index] = tok
-    return tok
-
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
@@ -227,16 +200,10 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
     diff = -1 if max_diff_tokens is None else int_arg("max_diff_tokens", max_diff_tokens, 0, 2 ** 62)
     seed = int_arg("seed", seed, 0, 2 ** 64 - 1)
     max_spans = int_arg("max_spans", max_spans, 0, 10 ** 8)
-    tok = None
-    if tokenizer is not None:
-        tok = tk.resolve_tokenizer(tokenizer)
-        want = index.vocab_fingerprint
-        if want and tk.vocab_fingerprint(tok) != want:
-            raise TokenizerMismatchError(
-                f"tokenizer {tk.tokenizer_name(tok)!r} does not match the index's ({index.tokenizer_name!r})")
+    tok = tk.index_tokenizer(index, tokenizer) if tokenizer is not None else None  # (checked against the index)
     has_text = _has_text(query)
     if has_text and tok is None:
-        tok = index_tokenizer(index)
+        tok = tk.index_tokenizer(index)
     encode = (lambda s: tok.encode(s, add_special_tokens=False)) if tok is not None else None
     cnf = parse_query(query, encode, index.vocab_size)
     ids, term_off, clause_off = _flatten(cnf)

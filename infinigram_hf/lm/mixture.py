@@ -13,13 +13,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 import numpy as np
 
 from .._core.args import float_arg, int_arg
 from .._core.errors import TokenizerMismatchError
-from .._core.tokenization import tokenizer_name, vocab_fingerprint
 from ..index import InfiniGramIndex
 
 DEFAULT_LAMBDA_SPARSE = 0.5
@@ -31,26 +30,6 @@ def check_lambda(value: float, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
-
-
-def check_tokenizer(index: InfiniGramIndex, tokenizer: Any) -> None:
-    """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
-
-    Compares the vocabulary fingerprint stored in the index with the tokenizer's; an index built
-    from token ids without a tokenizer has none, and then only the sizes are compared.
-    """
-    stored = index.vocab_fingerprint
-    if stored is not None:
-        got = vocab_fingerprint(tokenizer)
-        if got != stored:
-            raise TokenizerMismatchError(
-                f"the index at {index.paths[0]} was built with tokenizer {index.tokenizer_name!r} "
-                f"(vocab fingerprint {stored[:19]}…), but the tokenizer given is "
-                f"{tokenizer_name(tokenizer)!r} ({got[:19]}…): token ids would not mean the same text")
-    elif len(tokenizer) > index.vocab_size:
-        raise TokenizerMismatchError(
-            f"the tokenizer given has {len(tokenizer)} ids but the index at {index.paths[0]} only "
-            f"{index.vocab_size}: it was built with another vocabulary")
 
 
 def check_model_vocab(index: InfiniGramIndex, model_vocab_size: int) -> None:

@@ -34,7 +34,6 @@ import numpy as np
 from .._core import tokenization as tk
 from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from .._core.errors import TokenizerMismatchError
 from .._core.ids import as_ids
 from ..index import InfiniGramIndex
 from .smoothing import SmoothingParams
@@ -83,25 +82,6 @@ class LMPerplexity:
         return self.num_tokens / self.seconds if self.seconds > 0 else math.inf
 
 
-def _index_tokenizer(index: InfiniGramIndex, tokenizer: Any) -> Any:
-    """The tokenizer given (checked against the index's vocabulary fingerprint), else the one
-    saved in the index, else bytes for a byte-level index, else None (ids only)."""
-    if tokenizer is not None:
-        tok = tk.resolve_tokenizer(tokenizer)
-        want = index.vocab_fingerprint
-        if want is not None and tk.vocab_fingerprint(tok) != want:
-            raise TokenizerMismatchError(
-                f"tokenizer {tk.tokenizer_name(tok)!r} is not the one the index was built with "
-                f"({index.tokenizer_name!r}; vocabulary fingerprints differ)")
-        return tok
-    saved = Path(index.paths[0]) / "tokenizer"
-    if saved.is_dir():
-        return tk.resolve_tokenizer(str(saved))
-    if index.tokenizer_name == tk.BYTES_NAME:
-        return tk.ByteTokenizer()
-    return None
-
-
 class InfiniGramLM:
     """The ∞-gram LM over an index (see the module docstring for the methods).
 
@@ -123,7 +103,7 @@ class InfiniGramLM:
         if not isinstance(index, InfiniGramIndex):
             index = InfiniGramIndex.open(index)
         self.index = index
-        self.tokenizer = _index_tokenizer(index, tokenizer)
+        self.tokenizer = tk.index_tokenizer(index, tokenizer)
         self.max_context = int(max_context)
         self._lock = threading.Lock()
         out = ffi.new("ig_lm **")

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infinigram_hf.cli.index_commands import main, official_bytes_per_token, parse_ids, to_json
+from infinigram_hf._core.format import official_bytes_per_token
+from infinigram_hf.cli import main
+from infinigram_hf.cli.common import parse_ids, to_json
 
 from conftest import Reference, stdlib_texts, train_bpe_tokenizer
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from infinigram_hf.build import build_index
-from infinigram_hf.cli.index_commands import CLIError, main, parse_ids
+from infinigram_hf.cli import main
+from infinigram_hf.cli.common import CLIError, parse_ids
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,9 @@ import json
 import pytest
 
 from infinigram_hf.build import build_index
-from infinigram_hf.cli.index_commands import main, parse_cnf, parse_ids
+from infinigram_hf.cli import main
+from infinigram_hf.cli.common import parse_ids
+from infinigram_hf.cli.index_commands import parse_cnf
 
 
 @pytest.fixture(scope="module")
