@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from .._core import format as fmt
 from .._core import tokenization as tk
@@ -256,6 +255,8 @@ def build_index(
     feeder: Optional[ShardFeeder] = None
     started = time.time()
     _phase("")
+    from tqdm.auto import tqdm  # (here: the rest of the package does not need it)
+
     bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
     try:
         shards: list[dict] = []

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..index import InfiniGramIndex
+from ..lm.context import segments
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
 from .._core.tokenization import check_tokenizer
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -93,13 +94,9 @@ def infgram_scores(index: InfiniGramIndex, ids: np.ndarray) -> tuple[np.ndarray,
     indexed n-gram spans them)."""
     n = len(ids)
     probs, sparse, eff = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
-    oov = np.flatnonzero(ids >= index.vocab_size)
-    starts = np.concatenate([[0], oov + 1])
-    stops = np.concatenate([oov, [n]])
-    for a, b in zip(starts.tolist(), stops.tolist()):
-        if b > a:
-            s = index.score(ids[a:b])
-            probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
+    for a, b in segments(ids, index.vocab_size):
+        s = index.score(ids[a:b])
+        probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
     return probs, sparse, eff
 
 

@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from .._core.args import int_arg
+from .._core.ids import to_numpy
 from ..index import InfiniGramIndex
 from .._core.tokenization import check_tokenizer
+from ..lm.context import context_start, context_starts
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -92,25 +94,14 @@ class InfiniGramLogitsProcessor(_Base):
     def context_starts(self, rows: np.ndarray) -> np.ndarray:
         """Where each row's ∞-gram context starts: after the leading padding, and after the last
         document boundary (EOS, or an id the index cannot hold). rows: (batch, length) ids."""
-        n, width = rows.shape
-        start = np.zeros(n, dtype=np.int64)
-        pad = self.pad_token_id
-        if pad is not None and pad != self.eos_token_id and width:
-            real = rows != pad
-            start = np.where(real.any(axis=1), real.argmax(axis=1), width)
-        boundary = rows >= self.index.vocab_size
-        if self.eos_token_id is not None:
-            boundary |= rows == self.eos_token_id
-        if width:
-            rev = boundary[:, ::-1]
-            last = width - 1 - rev.argmax(axis=1)
-            start = np.where(rev.any(axis=1), np.maximum(start, last + 1), start)
-        return start
+        return context_starts(rows, self.index.vocab_size, eos_token_id=self.eos_token_id,
+                              pad_token_id=self.pad_token_id)
 
     def context(self, ids: Any) -> np.ndarray:
         """The part of one row of ids that the ∞-gram conditions on (see `context_starts`)."""
-        row = np.asarray(ids.detach().cpu().numpy() if hasattr(ids, "detach") else ids, dtype=np.int64)
-        return row[int(self.context_starts(row[None, :])[0]):]
+        row = np.asarray(to_numpy(ids), dtype=np.int64)
+        return row[context_start(row, self.index.vocab_size, eos_token_id=self.eos_token_id,
+                                 pad_token_id=self.pad_token_id):]
 
     def _p_inf(self, rows_np: np.ndarray, width: int):
         """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row

@@ -316,9 +316,9 @@ class SuffixCache:
 
     def ntd_batch(self, contexts: Any, **batch_kw: Any) -> BatchNextTokenDistributions:
         """Next-token distributions of a batch of contexts (CSR; see BatchNextTokenDistributions)."""
-        return self.ntd_states(self.states(contexts, **batch_kw))
+        return self._ntd_states(self.states(contexts, **batch_kw))
 
-    def ntd_states(self, states: np.ndarray) -> BatchNextTokenDistributions:
+    def _ntd_states(self, states: np.ndarray) -> BatchNextTokenDistributions:
         """Distributions for an (n, state size) array of states, using the distribution cache."""
         states = _stack(self.index, states)
         n = len(states)
@@ -351,9 +351,6 @@ class SuffixCache:
             sparse=np.array([r[4] for r in rows], dtype=bool), approximate=np.array([r[5] for r in rows], dtype=bool))
 
 
-def suffix_cache(index: "InfiniGramIndex", **kw: Any) -> SuffixCache:
-    """`SuffixCache(index, **kw)`."""
-    return SuffixCache(index, **kw)
-
-
-__all__ = ["DecodingState", "SuffixCache", "init_state", "extend_state", "states_prob", "states_ntd", "suffix_cache"]
+# SuffixCache is the door (index.suffix_cache()); the functions above are the index layer's own
+# (the cache, tests, fuzzing), not public API.
+__all__ = ["DecodingState", "SuffixCache"]

@@ -37,6 +37,7 @@ from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from .._core.ids import as_i64_ids
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from ..index import InfiniGramIndex
+from .context import context_start
 
 SOURCES = ("longest", "lookup_first", "infgram_first", "infgram", "lookup")
 
@@ -220,14 +221,7 @@ class InfiniGramDrafter:
     def context(self, ids: np.ndarray) -> np.ndarray:
         """The part of a sequence the ∞-gram conditions on: after its last document boundary
         (EOS, or an id the index cannot hold)."""
-        if not len(ids):
-            return ids
-        bound = ids >= self.index.vocab_size
-        if self.eos_token_id is not None:
-            bound |= ids == self.eos_token_id
-        if bound.any():
-            return ids[int(np.flatnonzero(bound)[-1]) + 1:]
-        return ids
+        return ids[context_start(ids, self.index.vocab_size, eos_token_id=self.eos_token_id):]
 
     def infgram_state(self, ids: np.ndarray) -> np.ndarray:
         """The decoding state (suffix_len, count, ranges) of the sequence's ∞-gram context."""

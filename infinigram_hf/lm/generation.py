@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -100,16 +100,19 @@ def _sampling(greedy: bool, temperature: float, top_k: int, top_p: float) -> Any
     return smp
 
 
-def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] = "", max_new_tokens: int = 200, *,
-             method: str = "backoff", k: Optional[int] = 2, decay: float = 0.1, max_context: Optional[int] = None,
-             order: Optional[int] = None, smoothing: Any = None, eod: bool = True,
-             greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-             seed: Optional[int] = None, stop: Union[None, str, Sequence[str]] = None,
-             starts_with: str = "", ends_with: Optional[str] = None,
-             contains: Union[None, str, Sequence[str]] = None, min_length: Optional[int] = None,
-             max_length: Optional[int] = None, length_unit: str = "chars", max_tries: int = 100,
-             on_failure: str = "none", chunk_size: int = 64) -> Optional[Generation]:
-    """Sample a continuation of `prompt` from the ∞-gram LM.
+def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, list]],
+                        sample_chunk: Callable[..., Any], prompt: Union[str, Sequence[int], np.ndarray] = "",
+                        max_new_tokens: int = 200, *, method: str = "backoff", k: Optional[int] = 2,
+                        decay: float = 0.1, max_context: Optional[int] = None,
+                        order: Optional[int] = None, smoothing: Any = None, eod: bool = True,
+                        greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                        seed: Optional[int] = None, stop: Union[None, str, Sequence[str]] = None,
+                        starts_with: str = "", ends_with: Optional[str] = None,
+                        contains: Union[None, str, Sequence[str]] = None, min_length: Optional[int] = None,
+                        max_length: Optional[int] = None, length_unit: str = "chars", max_tries: int = 100,
+                        on_failure: str = "none", chunk_size: int = 64) -> Optional[Generation]:
+    """Sample a continuation of `prompt` from the ∞-gram LM (the body of `InfiniGramLM.generate`,
+    which passes its C configuration and sampling calls as `configure` and `sample_chunk`).
 
     method / k / decay / order / smoothing: the distribution (see InfiniGramLM); the default is
         the post's selective back-off with k=2 levels, which avoids verbatim copying.
@@ -148,8 +151,8 @@ def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] =
     if isinstance(prompt, str) or starts_with:
         if lm.tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer: pass token ids")
-    cfg, keep = lm._config(method, k=k, decay=decay, eod=eod, max_context=max_context, order=order,
-                           smoothing=smoothing)
+    cfg, keep = configure(method, k=k, decay=decay, eod=eod, max_context=max_context, order=order,
+                         smoothing=smoothing)
     smp = _sampling(greedy, temperature, top_k, top_p)
     prompt_ids = lm.encode(prompt) if isinstance(prompt, str) else as_ids(prompt, "prompt")
     sw_ids = lm.encode(starts_with) if starts_with else as_ids([])
@@ -157,7 +160,7 @@ def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] =
     tries = 1 if smp.greedy else int(max_tries)
     for attempt in range(1, tries + 1):
         state = rng.integers(1, 2**63, size=4, dtype=np.uint64)
-        out = _one_try(lm, cfg, smp, prompt_ids, sw_ids, int(max_new_tokens), state, spec, chunk_size)
+        out = _one_try(lm, sample_chunk, cfg, smp, prompt_ids, sw_ids, int(max_new_tokens), state, spec, chunk_size)
         if out is not None:
             text, ids, sl, mt, reason = out
             return Generation(text=text, token_ids=ids, suffix_len=sl, matches=mt, finish_reason=reason, tries=attempt)
@@ -169,7 +172,7 @@ def generate(lm: "InfiniGramLM", prompt: Union[str, Sequence[int], np.ndarray] =
     return None
 
 
-def _one_try(lm: "InfiniGramLM", cfg: Any, smp: Any, prompt_ids: np.ndarray, sw_ids: np.ndarray, max_new: int,
+def _one_try(lm: "InfiniGramLM", sample_chunk: Callable[..., Any], cfg: Any, smp: Any, prompt_ids: np.ndarray, sw_ids: np.ndarray, max_new: int,
              state: np.ndarray, spec: _Spec, chunk: int) -> Optional[tuple]:
     """One attempt: (text, ids, suffix_len, matches, finish_reason), or None if it fails."""
     decode = (lambda ids: lm.decode(ids)) if lm.tokenizer is not None else None
@@ -183,7 +186,7 @@ def _one_try(lm: "InfiniGramLM", cfg: Any, smp: Any, prompt_ids: np.ndarray, sw_
     while len(gen) < max_new and not done:
         n = min(chunk, max_new - len(gen))
         ctx = np.concatenate([prompt_ids, sw_ids, np.asarray(gen, dtype=np.uint32)])
-        ids, sl, mt, ended = lm._sample_chunk(cfg, smp, ctx, n, state)
+        ids, sl, mt, ended = sample_chunk(cfg, smp, ctx, n, state)
         for t, s, m in zip(ids.tolist(), sl.tolist(), mt.tolist()):
             prev = len(text) if text is not None else 0
             gen.append(t)

@@ -36,6 +36,8 @@ from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.ids import as_ids
 from ..index import InfiniGramIndex
+from ..index.results import TokenProbs
+from .generation import sample_continuation
 from .smoothing import SmoothingParams
 
 METHODS = ("infgram", "backoff", "kn", "wb")
@@ -47,23 +49,13 @@ MAX_CACHE_ENTRIES = 1 << 26
 
 
 @dataclass(frozen=True)
-class LMScore:
-    """Per-token results of scoring one sequence: entry i is about ids[i] given ids[:i]."""
-
-    probs: np.ndarray       # float64 P(ids[i] | context)
-    suffix_len: np.ndarray  # int64: longest context suffix used (effective n - 1)
-    sparse: np.ndarray      # bool: that context has exactly one distinct continuation
-
-    @property
-    def effective_n(self) -> np.ndarray:
-        return self.suffix_len + 1
-
-    def __len__(self) -> int:
-        return len(self.probs)
+class LMScoreResult(TokenProbs):
+    """Scoring one sequence under an LM method: entry i is P(ids[i] | ids[:i]) with the longest
+    context suffix used (effective n - 1) and whether that context has one continuation."""
 
 
 @dataclass(frozen=True)
-class LMPerplexity:
+class LMPerplexityResult:
     """exp(mean negative log-likelihood) over the scored tokens of all texts."""
 
     perplexity: float
@@ -184,7 +176,7 @@ class InfiniGramLM:
 
     # ------------------------------------------------------------ scoring
 
-    def score(self, ids: Union[str, Sequence[int], np.ndarray], method: str = "kn", **opts: Any) -> LMScore:
+    def score(self, ids: Union[str, Sequence[int], np.ndarray], method: str = "kn", **opts: Any) -> LMScoreResult:
         """P(ids[i] | ids[:i]) for every position under `method` (options: k, decay, floor,
         eod, max_context, order, smoothing; see the module docstring)."""
         q = self.encode(ids)
@@ -200,10 +192,10 @@ class InfiniGramLM:
             rc = lib.ig_lm_score(self._lm, cfg, ptr(q, "uint32_t"), n, ptr(probs, "double"),
                                  ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), err, len(err))
         check(rc, err)
-        return LMScore(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
+        return LMScoreResult(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
 
     def perplexity(self, texts: Union[str, Iterable[Any]], method: str = "kn", *, start: int = 1,
-                   **opts: Any) -> LMPerplexity:
+                   **opts: Any) -> LMPerplexityResult:
         """Perplexity over texts (strings or id sequences), each scored on its own; positions
         before `start` (default 1: the first token has no context) are not counted. Back-off
         floors zero probabilities at 1e-10 (floor=); the ∞-gram may give inf."""
@@ -221,7 +213,7 @@ class InfiniGramLM:
                 total += float(-np.log(probs).sum())
         secs = time.perf_counter() - t0
         nll = total / count if count else float("nan")
-        return LMPerplexity(perplexity=math.exp(nll) if count else float("nan"), nll=nll,
+        return LMPerplexityResult(perplexity=math.exp(nll) if count else float("nan"), nll=nll,
                                 num_tokens=count, num_texts=n_texts, seconds=secs, method=method)
 
     def distribution(self, context: Union[str, Sequence[int], np.ndarray], method: str = "kn",
@@ -314,9 +306,7 @@ class InfiniGramLM:
 
     def generate(self, prompt: Union[str, Sequence[int], np.ndarray] = "", max_new_tokens: int = 200,
                  **kwargs: Any) -> Any:
-        """Sample a continuation of `prompt`; see infinigram_hf.lm_generation.generate for every
-        option (method, k, decay, greedy / temperature / top_k / top_p, seed, stop strings and
-        the constraints starts_with / ends_with / contains / min_length / max_length)."""
-        from .generation import generate
-
-        return generate(self, prompt, max_new_tokens, **kwargs)
+        """Sample a continuation of `prompt`; see infinigram_hf.lm.generation.sample_continuation
+        for every option (method, k, decay, greedy / temperature / top_k / top_p, seed, stop
+        strings and the constraints starts_with / ends_with / contains / min_length / max_length)."""
+        return sample_continuation(self, self._config, self._sample_chunk, prompt, max_new_tokens, **kwargs)
