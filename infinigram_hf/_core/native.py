@@ -9,12 +9,13 @@ from .safe_text import printable
 from .errors import IndexFormatError, InfiniGramError
 
 try:
-    from ._lib import ffi, lib
+    from . import _lib  # the compiled core (cffi, built by _cffi_build.py)
 except ImportError as exc:  # pragma: no cover - only when the package was not built
     raise ImportError(
         "infinigram_hf's C core is not compiled; install the package with `pip install .` "
         "(or `pip install -e .`) so that cffi builds it"
     ) from exc
+ffi, lib = _lib.ffi, _lib.lib
 
 ERR_LEN = 1024
 
