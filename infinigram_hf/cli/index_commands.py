@@ -251,7 +251,7 @@ def run_info(args: argparse.Namespace) -> int:
     open_ms = (time.perf_counter() - t0) * 1e3
     with index:
         shards = []
-        for root, meta in zip(index.paths, index._metas):
+        for root, meta in zip(index.paths, index.metas):
             for s in meta["shards"]:
                 d = Path(root) / s["dir"]
                 files = {f.name: f.stat().st_size for f in sorted(d.iterdir()) if f.is_file()}

@@ -377,7 +377,7 @@ class _Loop:
         for r, b in enumerate(active):
             plan, n = plans[r]
             if isinstance(plan, DraftTree):
-                paths = [[]] + [_path_tokens(plan, i) for i in range(n)]
+                paths = [[]] + [plan.path(i) for i in range(n)]
             else:
                 toks = plan.tokens.tolist() if n else []
                 paths = [toks[:i] for i in range(n + 1)]
@@ -452,15 +452,6 @@ class _Loop:
 
 def _cut(draft: Draft, w: int) -> Draft:
     return Draft(draft.tokens[:w], draft.source, draft.match_len, draft.counts[:w], draft.totals[:w])
-
-
-def _path_tokens(tree: DraftTree, node: int) -> list:
-    """Tokens from the root's first child down to `node` (inclusive)."""
-    out = []
-    while node >= 0:
-        out.append(int(tree.tokens[node]))
-        node = int(tree.parents[node])
-    return out[::-1]
 
 
 def _accepts(model: Any, name: str) -> bool:

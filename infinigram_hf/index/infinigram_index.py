@@ -278,6 +278,11 @@ class InfiniGramIndex:
         return int(self._info.n_shards)
 
     @property
+    def metas(self) -> list[dict[str, Any]]:
+        """meta.json of every index directory (several for a union); `meta` is the first."""
+        return list(self._metas)
+
+    @property
     def state_size(self) -> int:
         """int64 values of one decoding state (`ig_state_size`: suffix length, count, a range per shard)."""
         return self._state_size

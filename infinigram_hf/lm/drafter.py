@@ -77,6 +77,14 @@ class DraftTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def path(self, node: int) -> list:
+        """Tokens from the root's child down to `node` (inclusive)."""
+        out = []
+        while node >= 0:
+            out.append(int(self.tokens[node]))
+            node = int(self.parents[node])
+        return out[::-1]
+
     @classmethod
     def from_paths(cls, paths: Sequence[Sequence[int]], max_nodes: int) -> "DraftTree":
         """A trie of the paths (shared prefixes merged), first paths first, at most max_nodes."""
@@ -492,7 +500,7 @@ class InfiniGramDrafter:
         if state is not None and width > 0 and int(state[0]) >= self.min_match:
             t = self.best_first(state, max_nodes=max_nodes, max_depth=self.cap_for(int(state[0]), limit), width=width,
                                 min_prob=min_prob)
-            paths.extend(_node_path(t, i) for i in range(len(t)))
+            paths.extend(t.path(i) for i in range(len(t)))
         return DraftTree.from_paths(paths, max_nodes)
 
 
@@ -500,15 +508,6 @@ def _tree_args(width: Any, max_nodes: Any, min_prob: Any) -> tuple[int, int, flo
     """Checked tree arguments (max_nodes sizes buffers: checked before they are made)."""
     return (int_arg("width", width, 0, MAX_TREE_WIDTH), int_arg("max_nodes", max_nodes, 0, MAX_TREE_NODES),
             float_arg("min_prob", min_prob, 0.0, 1.0))
-
-
-def _node_path(tree: DraftTree, node: int) -> list:
-    """Tokens from the root's child down to `node`."""
-    out = []
-    while node >= 0:
-        out.append(int(tree.tokens[node]))
-        node = int(tree.parents[node])
-    return out[::-1]
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 from conftest import make_index
 from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
 from infinigram_hf.hf.assisted import InfiniGramCandidateGenerator, hf_assisted_generate
-from infinigram_hf.lm.drafter import Draft, DraftTree, InfiniGramDrafter, _node_path
+from infinigram_hf.lm.drafter import Draft, DraftTree, InfiniGramDrafter
 from infinigram_hf.index.states import init_state
 from infinigram_hf.speculative import generate as spec_generate
 from infinigram_hf import speculative_generate
@@ -194,7 +194,7 @@ def test_tree_holds_the_chain(tiny_tok, tiny_index):
         suffix = _suffix(tiny_index, p)
         probs = []
         for i in range(len(t)):
-            path = [int(x) for x in _node_path(t, i)]
+            path = [int(x) for x in t.path(i)]
             if path[-1] == d.eos_token_id:  # a document end: drafted as EOS, not a corpus token
                 continue
             prob = 1.0
