@@ -2,7 +2,7 @@
 
 An index may come from someone else (a download, an archive). Its meta.json can only name shard
 directories ``shard_NNNNN`` (format.read_meta), and the files opened to read it are opened inside
-the index directory without following links at all (``_index_files``, ``native/src/files.c``).
+the index directory without following links at all (``index_files.py``, ``native/src/files.c``).
 This module adds a walk that refuses a symbolic link anywhere inside the index that resolves
 outside of it (or cannot be resolved) -- e.g. ``tokenizer/vocab.json -> ~/.netrc``, which the CLI
 would otherwise load -- with a message that says what to do. The walk alone would not be enough:

@@ -93,7 +93,7 @@ def _opened(index_dir: Union[Path, IndexDir]) -> Iterator[IndexDir]:
 
 def read_meta(index_dir: Union[Path, IndexDir]) -> dict[str, Any]:
     """Parse and check meta.json as plain data (no code, no paths outside the index). meta.json is
-    opened inside the index directory without following a link (see _index_files)."""
+    opened inside the index directory without following a link (see index_files.py)."""
     with _opened(index_dir) as d:
         path = d.path / META_FILE
         raw = d.read_file(META_FILE, MAX_META_BYTES)

@@ -40,7 +40,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from . import kv_cache as _kv
+from . import kv_cache
 from ..lm.drafter import Draft, DraftTree, InfiniGramDrafter
 from ..index import InfiniGramIndex
 
@@ -245,7 +245,7 @@ class _Loop:
             t_draft += time.perf_counter() - t0
             chunk, pos, parents, q = self._chunk(active, plans)
             t0 = time.perf_counter()
-            L = _kv.cache_len(cache)
+            L = kv_cache.cache_len(cache)
             if self.tree and q > 1:
                 attn = self._tree_mask(kv_mask, parents, q)
             elif bool(kv_mask.all()):
@@ -282,9 +282,9 @@ class _Loop:
             width = max(n_keep)
             if self.tree and q > 1:
                 idx = torch.tensor([k + [0] * (width - len(k)) for k in keep_idx], device=dev)
-                _kv.keep_paths(cache, L, idx)
+                kv_cache.keep_paths(cache, L, idx)
             else:
-                _kv.crop(cache, q - width)
+                kv_cache.crop(cache, q - width)
             valid = torch.arange(width, device=dev)[None, :] < torch.tensor(n_keep, device=dev)[:, None]
             kv_mask = torch.cat([kv_mask, valid], 1)
             if finished:
@@ -294,8 +294,8 @@ class _Loop:
                     break
                 cache.batch_select_indices(torch.tensor(stay, device=dev))
                 kv_mask = kv_mask[stay]
-            kv_mask = _kv.drop_leading(cache, kv_mask)
-            kv_mask = _kv.compact(cache, kv_mask)
+            kv_mask = kv_cache.drop_leading(cache, kv_mask)
+            kv_mask = kv_cache.compact(cache, kv_mask)
         sequences = self._assemble()
         gen = np.array([len(g) for g in self.gen], dtype=np.int64)
         stats = SpeculativeStats(steps, row_steps, gen, drafted, accepted, t_draft, t_model,

@@ -13,7 +13,7 @@ A batch can be given as
 threads, k = up to k threads. Results never depend on it.
 
 Example:
-    >>> from infinigram_hf.batch import count_batch                     # doctest: +SKIP
+    >>> from infinigram_hf.index.batch import count_batch                     # doctest: +SKIP
     >>> count_batch(index, [[464, 2068], [11], []])                        # doctest: +SKIP
     array([12, 3071, 7213340])
 """

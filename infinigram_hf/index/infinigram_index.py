@@ -151,7 +151,7 @@ class InfiniGramIndex:
         """Open an index directory, or a list of them as one index whose counts add up.
 
         With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
-        answering as an index built without those documents (see infinigram_hf.difference;
+        answering as an index built without those documents (see infinigram_hf.index.difference;
         `verify=True` also spot-checks the subset property).
         """
         if subtract is not None:  # the result owns both indexes
@@ -335,7 +335,7 @@ class InfiniGramIndex:
         return int(out[0])
 
     def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
-        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.batch`
+        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.index.batch`
         for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
         return batch.count_batch(self, queries, **kw)
 
@@ -374,7 +374,7 @@ class InfiniGramIndex:
 
     def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
         """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
-        `infinigram_hf.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
+        `infinigram_hf.index.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
         return batch.prob_batch(self, prompts, tokens, **kw)
 
     def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
@@ -401,7 +401,7 @@ class InfiniGramIndex:
 
     def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
         """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
-        `infinigram_hf.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
+        `infinigram_hf.index.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
         return batch.ntd_batch(self, prompts, **kw)
 
     def suffix_cache(self, **kw: Any) -> "SuffixCache":
@@ -425,7 +425,7 @@ class InfiniGramIndex:
 
     def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
-        exactly); see `infinigram_hf.batch.score_batch`."""
+        exactly); see `infinigram_hf.index.batch.score_batch`."""
         return batch.score_batch(self, sequences, **kw)
 
     # ------------------------------------------------------------ documents
@@ -488,7 +488,7 @@ class InfiniGramIndex:
                     max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
                     decode: Optional[bool] = None, max_spans: int = 1_000_000) -> "SearchResult":
         """Documents containing an n-gram, or satisfying a CNF of n-grams (AND of ORs), as the
-        paper's SEARCHDOC; see `infinigram_hf.search.search_docs` for the arguments.
+        paper's SEARCHDOC; see `infinigram_hf.index.search.search_docs` for the arguments.
 
         Example:
             >>> index.search_docs([["import os"], ["sys.argv", "argparse"]]).count  # doctest: +SKIP

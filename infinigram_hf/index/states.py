@@ -137,7 +137,7 @@ def states_prob(index: "InfiniGramIndex", states: Any, tokens: Any, *, n_threads
 def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[int] = None,
                n_threads: int = 0, max_entries: Optional[int] = DEFAULT_MAX_ENTRIES) -> BatchNextTokenDistributions:
     """The ∞-gram next-token distributions of the contexts whose states are given (one C call;
-    ``max_entries`` caps the result's size as for `infinigram_hf.batch.ntd_batch`)."""
+    ``max_entries`` caps the result's size as for `infinigram_hf.index.batch.ntd_batch`)."""
     arr = _stack(index, states)
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
@@ -257,7 +257,7 @@ class SuffixCache:
     def states(self, contexts: Any, **batch_kw: Any) -> np.ndarray:
         """States of a batch of contexts as an (n, 2 + 2 * shards) int64 array. Contexts whose
         parent (one token shorter) is cached are extended in one C call; others one by one.
-        ``batch_kw``: offsets= / lengths= / padding_side= as in infinigram_hf.batch."""
+        ``batch_kw``: offsets= / lengths= / padding_side= as in infinigram_hf.index.batch."""
         values, offs = as_batch(contexts, name="contexts", **batch_kw)
         n, size = len(offs) - 1, self.index.state_size
         out = np.zeros((n, size), dtype=np.int64)

@@ -7,7 +7,7 @@ shard and the LM's k / max_context / cache_entries past the C integer types were
 search_docs on 100,000-deep or self-referential lists a RecursionError; temperature=NaN sampled
 at temperature 1; tree(width=-1, max_nodes=-1) was accepted; the logits processor took 1-D / 3-D
 ids and batches whose rows did not match. The checks are one shared helper
-(infinigram_hf/_args.py).
+(infinigram_hf/_core/args.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ mapped files (the sanitizer run, `make sanitize`, checks the last part). Also: t
 may make us follow (shard directories, symbolic links) stay inside the index, and meta.json /
 docmeta.jsonl are parsed as plain data however deep or large their values.
 
-tests/test_index_files.py holds the targeted cases (each header field, each meta.json field);
+tests/core/test_index_files.py holds the targeted cases (each header field, each meta.json field);
 this module sweeps offsets.
 """
 from __future__ import annotations
@@ -239,7 +239,7 @@ def test_links_leading_outside_the_index_are_refused(pristine, tmp_path) -> None
 
 
 # Links that stay inside the index are no longer followed either (every file is opened without
-# following links; a swapped link was a race): tests/test_open_hardening.py.
+# following links; a swapped link was a race): tests/core/test_open_hardening.py.
 
 
 # ---------------------------------------------------------------------------- JSON as plain data

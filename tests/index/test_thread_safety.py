@@ -1,8 +1,8 @@
 """Objects shared by threads give exactly the serial answers (issue 12, finding 14).
 
 RELIABILITY.md ("Thread safety of the public objects") states, object by object, what may be
-shared; each statement is backed by a test here, in tests/test_concurrency.py / test_load.py
-(InfiniGramIndex), tests/test_difference.py (DifferenceIndex) or by the code's structure.
+shared; each statement is backed by a test here, in tests/index/test_concurrency.py / test_load.py
+(InfiniGramIndex), tests/index/test_difference.py (DifferenceIndex) or by the code's structure.
 """
 from __future__ import annotations
 
