@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import corpora  # noqa: E402
 
 from infinigram_hf import InfiniGramIndex  # noqa: E402
-from infinigram_hf.build.pipeline import build_index  # noqa: E402
+from infinigram_hf import build_index  # noqa: E402
 
 RESULTS = HERE / "results"
 PLOTS = HERE / "plots"

@@ -27,7 +27,7 @@ import corpora  # noqa: E402
 import ppl_setup  # noqa: E402
 
 from infinigram_hf import TokenScores, interpolate, tune_lambdas  # noqa: E402
-from infinigram_hf.hf.perplexity import token_scores, with_index  # noqa: E402
+from infinigram_hf import token_scores, with_index  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -19,7 +19,7 @@ import time
 import torch
 
 import _neural_setup
-from infinigram_hf.lm.drafter import InfiniGramDrafter
+from infinigram_hf import InfiniGramDrafter
 from infinigram_hf.speculative import generate as infinigram_generate
 from infinigram_hf import speculative_generate
 
