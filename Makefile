@@ -1,7 +1,8 @@
 # The two set-up commands of the README, plus helpers for working on the package.
 #
 #   make demo         .venv-demo: torch (CPU), the package; runs python -m infinigram_hf.demo
-#   make test         .venv-test: torch (CPU), the package with [test]; runs the test suite
+#   make test         .venv-test: torch (CPU), the package with [test]; checks the layer contracts
+#                     (lint-imports, pyproject.toml's [tool.importlinter]), then runs the test suite
 #   make ci           what CI runs (.ci/run): make test, then native-test, fuzz (fixed seeds) and
 #                     sanitize (the whole suite under ASan + UBSan)
 #   make native       rebuild the C core in place (into .venv-test's editable install)
@@ -54,8 +55,10 @@ venv-test: $(TEST_VENV)/.venv-ready
 demo: venv-demo
 	$(DEMO_VENV)/bin/python -m infinigram_hf.demo $(DEMO_ARGS)
 
-# pytest exits 5 when it collected no tests: that is a failure here, said out loud.
+# The layer contracts first (seconds; README "Architecture"). pytest exits 5 when it collected no
+# tests: that is a failure here, said out loud.
 test: venv-test
+	$(TEST_VENV)/bin/lint-imports
 	@$(TEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
@@ -121,9 +124,9 @@ fuzz-long: fuzz-deps
 
 soak: venv-test
 	INFINIGRAM_SOAK_SECONDS=$(SOAK_SECONDS) $(TEST_VENV)/bin/python -m pytest -q -s -p no:cacheprovider \
-	  tests/test_load.py $(PYTEST_ARGS)
+	  tests/index/test_load.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf build dist *.egg-info infinigram_hf/_core.c infinigram_hf/_core*.so \
+	rm -rf build dist *.egg-info infinigram_hf/_core/_lib.c infinigram_hf/_core/_lib*.so \
 	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV) $(SAN_VENV)
 	find . -name __pycache__ -type d -not -path './.venv*' -prune -exec rm -rf {} +

@@ -43,7 +43,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from infinigram_hf.build import build_index  # noqa: E402
+from infinigram_hf import build_index  # noqa: E402
 
 RESULTS = HERE / "results"
 

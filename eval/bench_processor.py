@@ -29,7 +29,7 @@ from transformers import LogitsProcessorList
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ppl_setup  # noqa: E402
 
-from infinigram_hf.processor import InfiniGramLogitsProcessor  # noqa: E402
+from infinigram_hf import InfiniGramLogitsProcessor  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

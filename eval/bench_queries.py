@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import corpora  # noqa: E402
 
 from infinigram_hf import InfiniGramIndex  # noqa: E402
-from infinigram_hf.build import build_index  # noqa: E402
+from infinigram_hf import build_index  # noqa: E402
 
 RESULTS = HERE / "results"
 PLOTS = HERE / "plots"
@@ -230,7 +230,7 @@ def side_by_side(args: argparse.Namespace) -> Dict[str, Any]:
     if peer:
         mism["count"] = sum(ix.count(q) != peer.count(q)["count"] for q in work["count"])
     ix.count_batch(work["count"][:2], n_threads=1)  # warm-up (first import of the batch module)
-    ragged = __import__("infinigram_hf.batch", fromlist=["Ragged"]).Ragged.from_sequences(work["count"])
+    ragged = __import__("infinigram_hf.index.batch", fromlist=["Ragged"]).Ragged.from_sequences(work["count"])
     nq = len(work["count"])
     loops = {"ours_batch": lambda: ix.count_batch(work["count"], n_threads=1),
              "ours_batch_from_numpy": lambda: ix.count_batch(ragged, n_threads=1),

@@ -42,8 +42,8 @@ import corpora  # noqa: E402
 import ppl_setup  # noqa: E402
 
 from infinigram_hf.candidate import hf_assisted_generate  # noqa: E402
-from infinigram_hf.drafter import Draft, DraftTree, InfiniGramDrafter  # noqa: E402
-from infinigram_hf.speculative import speculative_generate  # noqa: E402
+from infinigram_hf import Draft, DraftTree, InfiniGramDrafter  # noqa: E402
+from infinigram_hf import speculative_generate  # noqa: E402
 
 Pair = Tuple[np.ndarray, np.ndarray]  # (prompt ids, real continuation ids)
 DRAFT_DEFAULTS: Dict[str, Any] = {}  # the drafter's own defaults

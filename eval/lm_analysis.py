@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from infinigram_hf import build_index  # noqa: E402
 from infinigram_hf.analysis import analyze, plot_analysis, save_summary  # noqa: E402
-from infinigram_hf.index import InfiniGramIndex  # noqa: E402
+from infinigram_hf import InfiniGramIndex  # noqa: E402
 
 
 def cache() -> Path:

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpora  # noqa: E402
 import ppl_setup  # noqa: E402
 
-from infinigram_hf.interpolation import TokenScores, interpolate, tune_lambdas  # noqa: E402
-from infinigram_hf.perplexity import token_scores, with_index  # noqa: E402
+from infinigram_hf import TokenScores, interpolate, tune_lambdas  # noqa: E402
+from infinigram_hf import token_scores, with_index  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

@@ -42,7 +42,7 @@ def load(args: argparse.Namespace) -> Tuple[Any, Any, InfiniGramIndex, List[Path
     tok = AutoTokenizer.from_pretrained(args.model)
     if args.index is not None:
         return model, tok, InfiniGramIndex.open(args.index), heldout
-    from infinigram_hf.tokenization import vocab_fingerprint
+    from infinigram_hf._core.tokenization import vocab_fingerprint
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "infinigram_hf" / "examples"
     out = cache / f"stdlib-{vocab_fingerprint(tok)[7:19]}-{args.max_files or 'all'}"

@@ -19,9 +19,9 @@ import time
 import torch
 
 import _neural_setup
-from infinigram_hf.drafter import InfiniGramDrafter
+from infinigram_hf import InfiniGramDrafter
 from infinigram_hf.speculative import generate as infinigram_generate
-from infinigram_hf.speculative import speculative_generate
+from infinigram_hf import speculative_generate
 
 
 def main() -> None:

@@ -30,14 +30,14 @@ import atheris
 import numpy as np
 
 with atheris.instrument_imports():
-    import infinigram_hf.batch  # noqa: F401
+    import infinigram_hf.index.batch  # noqa: F401
     import infinigram_hf.cli as cli
-    import infinigram_hf.incremental  # noqa: F401
-    import infinigram_hf.lm as lm_mod
-    import infinigram_hf.search as search_mod
+    import infinigram_hf.index.states  # noqa: F401
+    import infinigram_hf.lm.model as lm_mod
+    import infinigram_hf.index.search as search_mod
     from infinigram_hf import InfiniGramIndex
     from infinigram_hf.build import build_index
-    from infinigram_hf.errors import InfiniGramError
+    from infinigram_hf import InfiniGramError
 
 # A refused argument: ValueError (the package's errors for bad values name the argument),
 # TypeError / OverflowError (a value of the wrong type, or an int too large for its C type,
@@ -236,7 +236,7 @@ def test_api(data: bytes) -> None:
         elif op == 23:
             call(search_mod.doc_spans, ix, size_value(fdp), a)
         else:
-            call(infinigram_hf.incremental.init_state, ix, a)
+            call(infinigram_hf.index.states.init_state, ix, a)
 
 
 def main() -> None:

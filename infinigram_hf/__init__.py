@@ -1,37 +1,45 @@
 """infinigram_hf: the ∞-gram language model (unbounded-n n-gram counts from a suffix array),
-served into HuggingFace decoding."""
-from .errors import IndexFormatError, InfiniGramError, TokenizerMismatchError
-from .build import build_index
-from .index import InfiniGramIndex
-from .difference import DifferenceIndex
-from .search import DocumentMatch, SearchResult
-from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
-# Interpolation with neural LMs (torch is imported only when a model is scored). Note that
-# `infinigram_hf.perplexity` is the function; its module is importable as `from
-# infinigram_hf.perplexity import ...`.
-from .interpolation import EffectiveNBreakdown, LambdaFit, PerplexityResult, TokenScores, interpolate, tune_lambdas
-from .perplexity import perplexity, token_scores, with_index
-# The standalone ∞-gram LM: generation, smoothed perplexity (infinigram_hf.lm, .smoothing).
-from .lm import InfiniGramLM
-from .smoothing import SmoothingParams
-# Speculative decoding: the drafter is torch-free; the decoding loop is imported on first use.
-from .drafter import Draft, DraftTree, InfiniGramDrafter
+served into HuggingFace decoding.
 
-__version__ = "0.1.0"
+The public names are the ones below (README, "Architecture"). Importing the package needs numpy
+and cffi only: the names that need torch or transformers (infinigram_hf/hf/) and the build
+pipeline (tqdm, tokenizer processes) are imported on first use.
+"""
+from typing import Any
+
+from ._core.errors import IndexFormatError, InfiniGramError, TokenizerMismatchError
+from ._version import __version__
+from .index import (DifferenceIndex, Document, DocumentMatch, FindResult, InfiniGramIndex, NextTokenDistribution,
+                    ProbResult, ScoreResult, SearchResult, SuffixCache)
+from .lm import (Draft, DraftTree, EffectiveNBreakdown, InfiniGramDrafter, InfiniGramLM, LambdaFit, PerplexityResult,
+                 SmoothingParams, TokenScores, interpolate, tune_lambdas)
+
+# name -> module that defines it, imported on first access (PEP 562)
+_LAZY = {
+    "build_index": ".build",
+    "InfiniGramLogitsProcessor": ".hf.processor",
+    "perplexity": ".hf.perplexity",
+    "token_scores": ".hf.perplexity",
+    "with_index": ".hf.perplexity",
+    "speculative_generate": ".hf.speculative",
+    "SpeculativeStats": ".hf.speculative",
+    "InfiniGramCandidateGenerator": ".hf.assisted",
+}
 
 
-def __getattr__(name: str):
-    # The logits processor needs torch and transformers: imported on first use only.
-    if name == "InfiniGramLogitsProcessor":
-        from .processor import InfiniGramLogitsProcessor
-        return InfiniGramLogitsProcessor
-    if name in ("speculative_generate", "SpeculativeStats"):
-        from . import speculative
-        return getattr(speculative, name)
-    if name == "InfiniGramCandidateGenerator":
-        from .candidate import InfiniGramCandidateGenerator
-        return InfiniGramCandidateGenerator
-    raise AttributeError(f"module 'infinigram_hf' has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'infinigram_hf' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -48,6 +56,7 @@ __all__ = [
     "DifferenceIndex",
     "DocumentMatch",
     "SearchResult",
+    "SuffixCache",
     "InfiniGramLogitsProcessor",
     "InfiniGramDrafter",
     "Draft",

@@ -1,4 +1,5 @@
-"""cffi builder (out-of-line API mode): compiles native/src/*.c into infinigram_hf._core.
+"""cffi builder (out-of-line API mode): compiles native/src/*.c into infinigram_hf._core._lib
+(the compiled library inside the binding layer, infinigram_hf/_core/).
 
 The cdef is read from the real public header so the binding can never drift from the C API.
 """
@@ -50,7 +51,7 @@ ffibuilder.cdef(_cdef_from_header(HEADER))
 
 _sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "*.c")))
 ffibuilder.set_source(
-    "infinigram_hf._core",
+    "infinigram_hf._core._lib",
     f'#include "{HEADER}"',
     sources=[os.path.relpath(s, ROOT) for s in _sources],
     include_dirs=[INCLUDE],

@@ -23,8 +23,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from .index import InfiniGramIndex
-from .lm import InfiniGramLM
+from .index.infinigram_index import InfiniGramIndex
+from .lm.model import InfiniGramLM
 
 DEFAULT_BUCKETS = tuple(np.round(np.linspace(0, 1, 11), 2))
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ._timing import format_seconds, timed
+from ._core.timing import format_seconds, timed
 
 DEMO_VERSION = 1
 VOCAB_SIZE = 32000
@@ -266,9 +266,9 @@ def section_neural(d: Demo) -> None:
         print("  (needs torch and transformers)")
         return
     from .demo_model import tiny_gpt2
-    from .interpolation import interpolate, tune_lambdas
-    from .perplexity import token_scores
-    from .processor import InfiniGramLogitsProcessor
+    from .lm.mixture import interpolate, tune_lambdas
+    from .hf.perplexity import token_scores
+    from .hf.processor import InfiniGramLogitsProcessor
 
     model_dir = d.index.paths[0].parent / "tiny-gpt2"
     t0 = time.perf_counter()
@@ -320,9 +320,9 @@ SECTIONS: List[Callable[[Demo], None]] = [
 
 def prepare(out: Path, max_files: Optional[int], rebuild: bool, progress: bool) -> tuple[Any, Any, Path, List[Path]]:
     """Train (or load) the tokenizer and build (or open) the index; print what it took."""
-    from .build import build_index
-    from .index import InfiniGramIndex
-    from .tokenization import resolve_tokenizer
+    from .build.pipeline import build_index
+    from .index.infinigram_index import InfiniGramIndex
+    from ._core.tokenization import resolve_tokenizer
 
     root = Path(sysconfig.get_paths()["stdlib"])
     files, heldout = split_corpus(root, max_files)
@@ -359,7 +359,7 @@ def prepare(out: Path, max_files: Optional[int], rebuild: bool, progress: bool) 
     print(f"index      {n:,} tokens in {index.num_docs:,} documents, {how} in {stamp['build_seconds']:.1f} s "
           f"(tokenize + suffix array), {n / stamp['build_seconds'] / 1e6:.2f}M tokens/s; opened in "
           f"{format_seconds(open_s)}")
-    from .cli import official_bytes_per_token
+    from ._core.format import official_bytes_per_token
 
     shard_dirs = [index_dir / s["dir"] for s in index.meta["shards"]]
     core = sum((d / f).stat().st_size for d in shard_dirs for f in ("tokens.bin", "sa.bin"))

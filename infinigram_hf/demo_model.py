@@ -18,7 +18,7 @@ from typing import Any, Tuple, Union
 
 import numpy as np
 
-from .index import InfiniGramIndex
+from .index.infinigram_index import InfiniGramIndex
 
 
 def _stream(index: InfiniGramIndex, eos: int, max_tokens: int) -> np.ndarray:

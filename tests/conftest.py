@@ -47,7 +47,7 @@ from typing import Any, Iterator, Optional, Sequence
 import pytest
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf import format as fmt
+from infinigram_hf._core import format as fmt
 from infinigram_hf.build import build_index
 
 Docs = Sequence[Sequence[int]]

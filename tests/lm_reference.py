@@ -1,5 +1,5 @@
 """Brute-force references for the standalone LM tests: every statistic, probability and
-distribution of infinigram_hf.lm computed by scanning raw token lists.
+distribution of infinigram_hf.lm.model computed by scanning raw token lists.
 
 Conventions (as in native/include/infinigram_lm.h): the empty context's continuations are all
 tokens (never end of document); with `eod`, an occurrence that ends its document continues with

@@ -30,7 +30,7 @@ SRC=$ROOT/build/sanitize/src
 rm -rf "$ROOT/build/sanitize"
 mkdir -p "$SRC" "$ROOT/build/sanitize/run"
 (cd "$ROOT" && cp -r infinigram_hf native docs setup.py pyproject.toml MANIFEST.in README.md LICENSE "$SRC/")
-find "$SRC" \( -name '*.so' -o -name '_core.c' \) -delete
+find "$SRC" \( -name '*.so' -o -name '_lib.c' \) -delete
 find "$SRC" -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # 2. build it with the sanitizers and install it into VENV (dependencies once, on first use)
@@ -54,7 +54,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export PYTHONSAFEPATH=1
 cd "$ROOT/build/sanitize/run"
 "$VENV/bin/python" - <<'EOF'
-import infinigram_hf, infinigram_hf._core as core
+import infinigram_hf, infinigram_hf._core._lib as core
 assert "site-packages" in infinigram_hf.__file__, f"imported the in-tree package: {infinigram_hf.__file__}"
 maps = open("/proc/self/maps").read()
 assert "libasan" in maps, "the AddressSanitizer runtime is not loaded"

@@ -18,8 +18,8 @@ import datasets
 import evaluate
 
 from infinigram_hf import InfiniGramIndex
-from infinigram_hf.perplexity import perplexity
-from infinigram_hf.processor import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE
+from infinigram_hf.hf.perplexity import perplexity
+from infinigram_hf.lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE
 
 _CITATION = """\
 @article{Liu2024InfiniGram,
@@ -113,7 +113,7 @@ class InfinigramPerplexity(evaluate.Metric):
         finally:
             if own_index:
                 ix.close()
-        from infinigram_hf.interpolation import mixture_logprob
+        from infinigram_hf.lm.mixture import mixture_logprob
 
         s = res.scores
         mixed = mixture_logprob(s, res.lambda_sparse, res.lambda_dense)

@@ -1,0 +1,249 @@
+"""Interpolated perplexity of a causal LM on a dataset, with the ∞-gram (paper §5).
+
+The model side is the usual sliding window (window 1024, stride 512: every window after the first
+scores only its last `stride` tokens, the rest is context), batched over windows of all documents.
+The ∞-gram side scores each document once, densely, with the full document prefix as context.
+
+First tokens: with `add_bos=True` (the default) every document is preceded by the tokenizer's BOS
+token (GPT-2 style tokenizers have none, their EOS = document separator is used instead) so that
+the model can score the document's first token too; the ∞-gram scores it with an empty context
+(the unigram, effective n = 1). Without a BOS/EOS id, or with `add_bos=False`, the first token of
+each document has no context and is not scored.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..index import InfiniGramIndex
+from ..lm.context import segments
+from ..lm.mixture import PerplexityResult, TokenScores, interpolate
+from .._core.tokenization import check_tokenizer
+from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
+from .._core.tokenization import encode_texts
+
+
+@dataclass(frozen=True)
+class _Window:
+    doc: int      # document index
+    begin: int    # window = seq[begin:end] (seq = [BOS] + doc tokens, or the doc tokens)
+    end: int
+    first: int    # targets are seq[first:end], predicted from the logits before them
+
+
+def windows(n: int, window: int, stride: int) -> List[tuple[int, int, int]]:
+    """(begin, end, first target) of the windows over a sequence of n tokens.
+
+    Every position 1..n-1 is a target exactly once; a window never holds more than `window` tokens,
+    and each target after the first window has at least window - stride tokens of context.
+
+    Example:
+        >>> windows(10, 4, 2)
+        [(0, 4, 1), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
+    """
+    out = []
+    end = min(window, n)
+    if n >= 2:
+        out.append((0, end, 1))
+    while end < n:
+        new_end = min(end + stride, n)
+        out.append((new_end - window if new_end - window > 0 else 0, new_end, end))
+        end = new_end
+    return out
+
+
+def _documents(data: Any, tokenizer: Any, text_column: str) -> List[np.ndarray]:
+    """Token ids of every document: from a datasets.Dataset, a list of strings, or pre-tokenized ids."""
+    if hasattr(data, "column_names") and hasattr(data, "__getitem__"):  # datasets.Dataset
+        if text_column not in data.column_names:
+            raise ValueError(f"the dataset has no {text_column!r} column (columns: {data.column_names}); "
+                             f"pass text_column=")
+        data = data[text_column]
+    if isinstance(data, str):
+        raise ValueError("data must be a list of strings or a datasets.Dataset, not a single string")
+    data = list(data)
+    if all(isinstance(d, str) for d in data):
+        if tokenizer is None:
+            raise ValueError("tokenizer is required to score text")
+        return [np.asarray(ids, dtype=np.int64) for ids in encode_texts(tokenizer, data)]
+    try:
+        return [np.asarray(d, dtype=np.int64).reshape(-1) for d in data]
+    except (TypeError, ValueError):
+        raise ValueError("data must hold strings or sequences of token ids") from None
+
+
+def _bos_id(tokenizer: Any, model: Any) -> Optional[int]:
+    for src in (tokenizer, getattr(model, "config", None)):
+        for name in ("bos_token_id", "eos_token_id"):
+            v = getattr(src, name, None) if src is not None else None
+            if isinstance(v, (list, tuple)):
+                v = v[0] if v else None
+            if v is not None:
+                return int(v)
+    return None
+
+
+def infgram_scores(index: InfiniGramIndex, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P_∞, sparse, effective n) of every token of one document given its full prefix.
+
+    Ids the index cannot hold get P_∞ = 0 and effective n = 0, and restart the context (no
+    indexed n-gram spans them)."""
+    n = len(ids)
+    probs, sparse, eff = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    for a, b in segments(ids, index.vocab_size):
+        s = index.score(ids[a:b])
+        probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
+    return probs, sparse, eff
+
+
+def _forward_kwargs(model: Any) -> set:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        return set()
+
+
+def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *, window: int = 1024,
+                 stride: int = 512, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
+                 progress: bool = True) -> TokenScores:
+    """Neural log-probability and ∞-gram estimate of every scored token (the cache behind
+    `perplexity`, `interpolate` and `tune_lambdas`). Arguments as for `perplexity`."""
+    import torch  # only here: importing infinigram_hf stays torch-free
+    for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if window < 2 or stride >= window:
+        raise ValueError(f"need 1 <= stride < window so that every scored token has context in its window "
+                         f"(got window={window}, stride={stride})")
+    if not isinstance(index, InfiniGramIndex):
+        raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+    if tokenizer is not None:
+        check_tokenizer(index, tokenizer)
+    cfg = getattr(model, "config", None)
+    vocab = getattr(cfg, "vocab_size", None)
+    if vocab is not None:
+        check_model_vocab(index, int(vocab))
+    context = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+    if isinstance(context, int) and window > context:
+        raise ValueError(f"window={window} is longer than the model's context of {context} positions")
+    docs = _documents(data, tokenizer, text_column)
+    bos = _bos_id(tokenizer, model) if add_bos else None
+    off = 1 if bos is not None else 0
+    seqs = [np.concatenate([[bos], d]) if off else d for d in docs]
+
+    # ∞-gram: one dense pass per document; keep the scored positions only.
+    wins: List[_Window] = []
+    inf_p, inf_s, inf_n, doc_of, slots = [], [], [], [], []
+    total = 0
+    for i, (d, s) in enumerate(zip(docs, seqs)):
+        p, sp, en = infgram_scores(index, d) if len(d) else (np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int64))
+        keep = slice(1 - off, None)  # doc positions scored: all with BOS, from 1 without
+        inf_p.append(p[keep]); inf_s.append(sp[keep]); inf_n.append(en[keep])
+        doc_of.append(np.full(len(p[keep]), i, dtype=np.int64))
+        slots.append(total)
+        total += len(p[keep])
+        wins.extend(_Window(i, b, e, f) for b, e, f in windows(len(s), window, stride))
+    neural = np.full(total, np.nan)
+
+    device = next(model.parameters()).device
+    kw = _forward_kwargs(model)
+    keep_arg = "logits_to_keep" if "logits_to_keep" in kw else ("num_logits_to_keep" if "num_logits_to_keep" in kw else None)
+    wins.sort(key=lambda w: w.end - w.begin, reverse=True)  # similar lengths batch with little padding
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=total, unit="tok", desc="perplexity", disable=not progress, dynamic_ncols=True)
+    try:
+        with torch.inference_mode():
+            for k in range(0, len(wins), batch_size):
+                batch = wins[k:k + batch_size]
+                longest = max(w.end - w.begin for w in batch)
+                ids = torch.zeros(len(batch), longest, dtype=torch.long)
+                mask = torch.zeros(len(batch), longest, dtype=torch.long)
+                for r, w in enumerate(batch):
+                    ids[r, : w.end - w.begin] = torch.from_numpy(seqs[w.doc][w.begin:w.end])
+                    mask[r, : w.end - w.begin] = 1
+                # Only positions that predict a target need logits: the last `keep` of the window.
+                first_needed = min(w.first - 1 - w.begin for w in batch)
+                extra = {keep_arg: longest - first_needed} if keep_arg else {}
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), **extra).logits
+                shift = longest - logits.shape[1]  # logits[:, j] predicts window position shift + j + 1
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                for r, w in enumerate(batch):
+                    tgt = torch.from_numpy(seqs[w.doc][w.first:w.end]).to(device)
+                    pos = torch.arange(w.first - 1 - w.begin, w.end - 1 - w.begin, device=device) - shift
+                    lp = logp[r, pos, tgt].double().cpu().numpy()
+                    start = slots[w.doc] + w.first - 1  # seq position t is slot t - 1 either way
+                    neural[start:start + len(lp)] = lp
+                bar.update(sum(w.end - w.first for w in batch))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return TokenScores.from_arrays(neural, np.concatenate(inf_p) if inf_p else [],
+                                   np.concatenate(inf_s) if inf_s else [], np.concatenate(inf_n) if inf_n else [],
+                                   np.concatenate(doc_of) if doc_of else [])
+
+
+def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
+               text_column: str = "text") -> TokenScores:
+    """The same tokens with P_∞ from another index; the neural side is reused, not recomputed.
+
+    `data` must be what `scores` were computed on. Useful for datastore ablations.
+
+    Example:
+        >>> small = with_index(res.scores, tok, texts, InfiniGramIndex.open("quarter"))  # doctest: +SKIP
+        >>> interpolate(small, 0.5, 0.2).perplexity                                    # doctest: +SKIP
+    """
+    if tokenizer is not None:
+        check_tokenizer(index, tokenizer)
+    docs = _documents(data, tokenizer, text_column)
+    per_doc = np.bincount(scores.doc_index, minlength=len(docs))
+    if len(per_doc) != len(docs):
+        raise ValueError(f"scores cover {len(per_doc)} documents but data has {len(docs)}")
+    p, sp, en = [], [], []
+    for d, k in zip(docs, per_doc.tolist()):
+        if k > len(d):
+            raise ValueError("scores do not match data: a document has more scored tokens than tokens")
+        if k:
+            a, b, c = infgram_scores(index, d)  # the full prefix is the context
+            p.append(a[len(d) - k:]); sp.append(b[len(d) - k:]); en.append(c[len(d) - k:])
+    cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
+    return TokenScores.from_arrays(scores.neural_logprob, cat(p, np.float64), cat(sp, bool), cat(en, np.int64),
+                                   scores.doc_index)
+
+
+def perplexity(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *, window: int = 1024,
+               stride: int = 512, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
+               lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, text_column: str = "text",
+               add_bos: bool = True, progress: bool = True) -> PerplexityResult:
+    """Perplexity of `model` alone and interpolated with the ∞-gram of `index` on `data`.
+
+    Args:
+        model: a causal LM (`transformers` model returning `.logits`), on any device.
+        tokenizer: its tokenizer (checked against the index's vocabulary fingerprint); may be None
+            when `data` is pre-tokenized.
+        data: a `datasets.Dataset` with a text column, a list of strings, or a list of token-id
+            sequences; one document each.
+        index: the ∞-gram index (built with the same tokenizer).
+        window, stride: the sliding window (tokens) and how far it moves; overlap is context only.
+        lambda_sparse, lambda_dense: mixture weights for sparse / other ∞-gram estimates
+            (tune them on validation data with `tune_lambdas(result)`).
+        batch_size: windows per forward pass.
+        add_bos: condition each document's first token on BOS (or EOS); see the module docstring.
+        progress: show a tqdm bar (tokens).
+
+    Returns a `PerplexityResult`; its `.scores` cache every token's probabilities, so
+    `interpolate(result.scores, ...)` and `tune_lambdas(result)` never rerun the model.
+
+    Example:
+        >>> res = perplexity(model, tok, ["def f(x):\\n    return x\\n"], index)   # doctest: +SKIP
+        >>> print(res.summary())                                                 # doctest: +SKIP
+    """
+    check_lambda(lambda_sparse, "lambda_sparse")  # fail before the model runs, not after
+    check_lambda(lambda_dense, "lambda_dense")
+    scores = token_scores(model, tokenizer, data, index, window=window, stride=stride, batch_size=batch_size,
+                          text_column=text_column, add_bos=add_bos, progress=progress)
+    return interpolate(scores, lambda_sparse, lambda_dense)

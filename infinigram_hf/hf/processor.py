@@ -1,0 +1,183 @@
+"""InfiniGramLogitsProcessor: mix the ∞-gram into generate() (paper §2 "Interpolating with neural LMs").
+
+For every row of the batch the processor returns
+
+    log(λ · P_∞(· | context) + (1 − λ) · softmax(scores))
+
+with λ = lambda_sparse when the ∞-gram estimate is sparse (one possible next token) and
+lambda_dense otherwise (paper §5). The output is a row of log-probabilities, so it works whatever
+`scores` are (raw logits under greedy/sampling, log-softmaxed under beam search), and the warpers
+that run after user processors (temperature, top-k, top-p) act on the mixture.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .._core.args import int_arg
+from .._core.ids import to_numpy
+from ..index import InfiniGramIndex
+from .._core.tokenization import check_tokenizer
+from ..lm.context import context_start, context_starts
+from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
+
+try:  # subclass transformers' base class when available (it only documents the call signature)
+    from transformers import LogitsProcessor as _Base
+except ImportError:  # pragma: no cover
+    _Base = object
+
+
+class InfiniGramLogitsProcessor(_Base):
+    """A `transformers.LogitsProcessor` that interpolates the model with an ∞-gram index.
+
+    Args:
+        index: an open `InfiniGramIndex` built with the model's tokenizer.
+        lambda_sparse: weight of P_∞ when its estimate is sparse (a single possible next token).
+        lambda_dense: weight of P_∞ otherwise.
+        min_effective_n: leave the neural distribution untouched (only log-softmaxed) when the
+            matched context is shorter than `min_effective_n - 1` tokens. The paper warns that a
+            short-context ∞-gram can derail open-ended generation; e.g. 8 mixes only long matches.
+        tokenizer: the model's tokenizer; checked against the index's fingerprint
+            (TokenizerMismatchError) and the source of the pad and EOS ids when not given.
+        pad_token_id: left-padding id stripped from the start of each row before querying.
+        eos_token_id: the id that end-of-document maps to (the index reports it under its
+            separator id); it also acts as a document boundary inside a context. Defaults to the
+            tokenizer's, then to the one recorded in the index. Without one, the end-of-document
+            mass is dropped and P_∞ renormalized over real tokens.
+        model_vocab_size: the model's output size, to check it early (it is checked on the first
+            call anyway). Rows of a larger model vocabulary get no ∞-gram mass.
+        cache_size: next-token distributions kept per matched suffix (LRU). Contexts are cached
+            by their token ids (`SuffixCache`): each generated token costs about one binary search,
+            and draft prefixes that assisted decoding later rejects cannot corrupt anything.
+
+    Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
+    no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
+
+    Example:
+        >>> proc = InfiniGramLogitsProcessor(index, lambda_sparse=0.5, lambda_dense=0.2,
+        ...                                  tokenizer=tok)                       # doctest: +SKIP
+        >>> model.generate(**tok("def main(", return_tensors="pt"),
+        ...                logits_processor=LogitsProcessorList([proc]))          # doctest: +SKIP
+    """
+
+    def __init__(self, index: InfiniGramIndex, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
+                 lambda_dense: float = DEFAULT_LAMBDA_DENSE, *, min_effective_n: int = 1,
+                 tokenizer: Any = None, pad_token_id: Optional[int] = None,
+                 eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
+                 cache_size: int = 4096):
+        if not isinstance(index, InfiniGramIndex):
+            raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+        self.index = index
+        self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
+        self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")
+        self.min_effective_n = int_arg("min_effective_n", min_effective_n, 1)
+        if tokenizer is not None:
+            check_tokenizer(index, tokenizer)
+        if pad_token_id is None and tokenizer is not None:
+            pad_token_id = getattr(tokenizer, "pad_token_id", None)
+        if eos_token_id is None and tokenizer is not None:
+            eos_token_id = getattr(tokenizer, "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = index.eos_token_id
+        self.pad_token_id = _opt_id(pad_token_id, "pad_token_id")
+        self.eos_token_id = _opt_id(eos_token_id, "eos_token_id")
+        if model_vocab_size is not None:
+            check_model_vocab(index, int_arg("model_vocab_size", model_vocab_size, 1))
+        self._checked_width = -1
+        # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
+        self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
+
+    # ------------------------------------------------------------ contexts
+
+    def context_starts(self, rows: np.ndarray) -> np.ndarray:
+        """Where each row's ∞-gram context starts: after the leading padding, and after the last
+        document boundary (EOS, or an id the index cannot hold). rows: (batch, length) ids."""
+        return context_starts(rows, self.index.vocab_size, eos_token_id=self.eos_token_id,
+                              pad_token_id=self.pad_token_id)
+
+    def context(self, ids: Any) -> np.ndarray:
+        """The part of one row of ids that the ∞-gram conditions on (see `context_starts`)."""
+        row = np.asarray(to_numpy(ids), dtype=np.int64)
+        return row[context_start(row, self.index.vocab_size, eos_token_id=self.eos_token_id,
+                                 pad_token_id=self.pad_token_id):]
+
+    def _p_inf(self, rows_np: np.ndarray, width: int):
+        """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
+        stays neural). One batched, cached query for all rows."""
+        n, width_ids = rows_np.shape
+        lengths = width_ids - self.context_starts(rows_np)
+        d = self._cache.ntd_batch(rows_np, lengths=lengths, padding_side="left")
+        row_of = d.rows
+        tok = d.token_ids.astype(np.int64)
+        cnt = d.counts.astype(np.float64)
+        total = d.total.astype(np.float64)
+        is_sep = tok == self.index.separator_id
+        if self.eos_token_id is None:  # nowhere to put end-of-document: drop it, renormalize
+            if is_sep.any():
+                total = total - np.bincount(row_of[is_sep], weights=cnt[is_sep], minlength=n)
+                keep = ~is_sep
+                tok, cnt, row_of = tok[keep], cnt[keep], row_of[keep]
+        elif is_sep.any():
+            tok[is_sep] = self.eos_token_id
+            if (d.token_ids == self.eos_token_id).any():  # EOS also a real token somewhere: merge
+                key, inv = np.unique(row_of * width + tok, return_inverse=True)
+                cnt = np.bincount(inv.reshape(-1), weights=cnt)
+                row_of, tok = key // width, key % width
+        lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
+        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
+        lam = np.where(active, lam, 0.0)
+        sel = active[row_of]
+        row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
+        with np.errstate(divide="ignore"):
+            logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
+        return row_of, tok, logv, lam
+
+    # ------------------------------------------------------------ the call
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.ndim != 2 or scores.ndim != 2 or input_ids.shape[0] != scores.shape[0]:
+            raise ValueError(f"input_ids must be (batch, length) and scores (batch, vocab) with the same batch, got "
+                             f"input_ids {tuple(input_ids.shape)} and scores {tuple(scores.shape)}")
+        width = scores.shape[-1]
+        if width != self._checked_width:
+            check_model_vocab(self.index, width)
+            if self.eos_token_id is not None and self.eos_token_id >= width:
+                raise ValueError(f"eos_token_id {self.eos_token_id} is outside the model's {width} scores")
+            self._checked_width = width
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        row_of, tok, logv, lam = self._p_inf(input_ids.detach().cpu().numpy(), width)
+        if not len(row_of):
+            return logp.to(scores.dtype)
+        # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
+        # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
+        dev = logp.device
+        with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
+            shift = np.log1p(-lam)
+        r_idx = torch.from_numpy(row_of).to(dev)
+        c_idx = torch.from_numpy(tok).to(dev)
+        neural = logp[r_idx, c_idx]
+        active = np.flatnonzero(lam > 0)
+        shift_t = torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)
+        if len(active) == logp.shape[0]:
+            logp += shift_t[:, None]  # in place: logp is our own tensor
+        else:
+            act = torch.from_numpy(active).to(dev)
+            logp[act] += shift_t[act, None]
+        mixed = torch.logaddexp(neural + shift_t[r_idx], torch.from_numpy(logv).to(device=dev, dtype=logp.dtype))
+        # Tokens an earlier processor forbade (-inf) stay forbidden.
+        logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
+        return logp.to(scores.dtype)
+
+
+def _opt_id(value: Any, name: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):  # generation configs may hold several EOS ids
+        if not value:
+            return None
+        value = value[0]
+    if hasattr(value, "item"):
+        value = value.item()
+    return int_arg(name, value, 0)

@@ -1,0 +1,505 @@
+"""InfiniGramIndex: the Python face of the C core. Token ids in, numpy arrays and small frozen
+results out. Opening memory-maps the files; nothing is read until a query touches it."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+
+import numpy as np
+
+from .._core import format as fmt
+from .._core.args import INT64_MAX, int_arg, opt_int_arg
+from .._core.containment import check_contained
+from .._core.index_files import IndexDir
+from .._core.errors import IndexFormatError, InfiniGramError
+from .._core.ids import as_ids, as_token
+from .._core.native import check, err_buffer, ffi, lib, ptr
+from . import batch, search
+from .difference import DifferenceIndex
+from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
+from .states import SuffixCache
+
+if TYPE_CHECKING:
+    from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
+    from .search import SearchResult
+
+PathLike = Union[str, os.PathLike]
+_OPEN_PATIENCE = 30.0  # seconds open() keeps retrying while the directory keeps being replaced
+MAX_POSITIONS = 1_000_000  # positions() without a limit lists at most this many
+
+
+class _Query:
+    """Guard of one query (``with index.native_handle() as ix``): holds a reference to the C handle
+    for as long as the query runs.
+
+    The handle is an ``ffi.gc`` object whose last reference frees it (``ig_close``): close()
+    drops the index's own reference, so queries already running in other threads finish on
+    the mapped files and the last of them unmaps them. Nothing has to be undone when an
+    exception lands anywhere in a query -- a KeyboardInterrupt between two bytecodes included
+    -- because a frame's references go away with it. (An earlier version registered each
+    query in a set that close() waited on; an interrupt landing between registering and the
+    ``try`` left a key behind and close() then waited forever.)
+    """
+
+    __slots__ = ("_owner", "_ix")
+
+    def __init__(self, owner: "InfiniGramIndex"):
+        self._owner = owner
+
+    def __enter__(self) -> Any:
+        ix = self._ix = self._owner._ix
+        if ix is None:
+            raise InfiniGramError("the index is closed")
+        return ix
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ix = None
+
+
+def _identity(path: Path) -> Optional[tuple]:
+    """What changes when an index directory is replaced (build_index(..., overwrite=True)):
+    the inodes of the directory and of its meta.json, and meta.json's time and size."""
+    try:
+        d, m = os.stat(path), os.stat(Path(path) / fmt.META_FILE)
+    except OSError:
+        return None
+    return d.st_dev, d.st_ino, m.st_ino, m.st_mtime_ns, m.st_size
+
+
+def _shard_sizes(ix: Any, shard: int) -> tuple[int, int, int, int]:
+    """num_tokens, total_len, num_docs and suffix-array width of one shard of a C handle."""
+    a, b, c = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    w = ffi.new("int *")
+    if lib.ig_shard_info(ix, shard, a, b, c, w) != 0:
+        raise ValueError(f"shard {shard} out of range")
+    return int(a[0]), int(b[0]), int(c[0]), int(w[0])
+
+
+def _releaser(docmeta: list) -> Any:
+    """The destructor of a C handle: unmap the index, close its metadata files (no reference to
+    the index object, so that the handle never keeps it alive)."""
+    def release(handle: Any) -> None:
+        lib.ig_close(handle)
+        for d in docmeta:
+            d.close()
+    return release
+
+
+class InfiniGramIndex:
+    """A read-only ∞-gram index (one or several index directories queried as one).
+
+    Example:
+        >>> index = InfiniGramIndex.open("my_index")           # doctest: +SKIP
+        >>> index.count([464, 2068])                            # doctest: +SKIP
+        >>> index.infgram_ntd(tokenizer.encode("def main(")).as_dict()  # doctest: +SKIP
+
+    Thread-safe: any number of threads may query one index at once; the C calls release the GIL.
+    """
+
+    def __init__(self, paths: Sequence[Path], metas: list[dict[str, Any]],
+                 roots: Optional[Sequence[IndexDir]] = None):
+        self.paths = list(paths)
+        self.meta = metas[0]
+        self._metas = metas
+        self._ix = None
+        self._lock = threading.Lock()  # serializes close()
+        with contextlib.ExitStack() as stack:  # every directory descriptor is closed on the way out
+            if roots is None:
+                roots = [stack.enter_context(IndexDir.open_root(p)) for p in self.paths]
+            # shard directories opened inside the index directory's descriptor, without following
+            # links; the C core opens their files the same way (native/src/files.c)
+            shards = [stack.enter_context(r.subdir(s["dir"])) for r, m in zip(roots, metas) for s in m["shards"]]
+            self._shard_dirs = [d.path for d in shards]
+            names = [ffi.new("char[]", os.fsencode(d.path)) for d in shards]
+            out = ffi.new("ig_index **")
+            err = err_buffer()
+            check(lib.ig_open_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
+                                 len(shards), err, len(err)), err)
+            raw, docmeta = out[0], []
+            try:
+                info = ffi.new("ig_info *")
+                lib.ig_get_info(raw, info)
+                self._info = info
+                self._check_against_meta()
+                docs = [_shard_sizes(raw, i)[2] for i in range(len(shards))]
+                for d, n in zip(shards, docs):
+                    docmeta.append(fmt.DocMetadata(d, n))
+            except BaseException:  # nothing of a failed open stays open (1,000 failures leaked 1,000 fds)
+                for d in docmeta:
+                    d.close()
+                lib.ig_close(raw)
+                raise
+        self._state_size = int(lib.ig_state_size(raw))
+        self._shard_docs = np.concatenate([[0], np.cumsum(docs, dtype=np.int64)]).astype(np.int64)
+        self._docmeta = docmeta
+        # The C handle and the metadata files are released together, with the handle's last
+        # reference (see _Query): a query holding the handle can still read both after close().
+        self._ix = ffi.gc(raw, _releaser(docmeta))
+
+    # ------------------------------------------------------------ opening and closing
+
+    @classmethod
+    def open(cls, path: Union[PathLike, Sequence[PathLike]],
+             subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
+             verify: bool = False) -> "Union[InfiniGramIndex, DifferenceIndex]":
+        """Open an index directory, or a list of them as one index whose counts add up.
+
+        With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
+        answering as an index built without those documents (see infinigram_hf.index.difference;
+        `verify=True` also spot-checks the subset property).
+        """
+        if subtract is not None:  # the result owns both indexes
+            full = cls.open(path)
+            try:
+                removed = cls.open(subtract)
+            except BaseException:
+                full.close()
+                raise
+            return DifferenceIndex(full, removed, owns=True, verify=verify)
+        paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
+        if not paths:
+            raise ValueError("no index path given")
+        # A directory replaced while it is being opened (build_index(..., overwrite=True) in
+        # another process) could give meta.json of one build and shard files of the other:
+        # opening again when the directory changed meanwhile gives one whole index, old or new.
+        # Retries back off (with jitter) for up to _OPEN_PATIENCE seconds: a rebuild takes far
+        # longer than an open, except in the load test, which rebuilds a tiny index nonstop.
+        deadline = time.monotonic() + _OPEN_PATIENCE
+        for attempt in itertools.count():
+            before = [_identity(p) for p in paths]
+            try:
+                index = cls._open_once(paths)
+            except InfiniGramError:
+                if [_identity(p) for p in paths] == before or time.monotonic() > deadline:
+                    raise
+            else:
+                if [_identity(p) for p in paths] == before:
+                    return index
+                index.close()
+                if time.monotonic() > deadline:
+                    raise InfiniGramError(f"{paths[0]}: replaced {attempt + 1} times while being opened")
+            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":
+        with contextlib.ExitStack() as stack:
+            roots = []
+            for p in paths:
+                check_contained(p)  # (links that lead outside, anywhere in the index: e.g. tokenizer/)
+                roots.append(stack.enter_context(IndexDir.open_root(p)))
+            metas = [fmt.read_meta(r) for r in roots]
+            first = metas[0]
+            for p, m in zip(paths[1:], metas[1:]):
+                for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
+                    if m.get(key) != first.get(key):
+                        raise ValueError(
+                            f"cannot open {paths[0]} and {p} as one index: their {key} differ "
+                            f"({fmt.shown(first.get(key))} vs {fmt.shown(m.get(key))})")
+            return cls(paths, metas, roots)
+
+    def _check_against_meta(self) -> None:
+        info = self._info
+        for key, value in (("token_width", info.token_width), ("vocab_size", info.vocab_size),
+                           ("separator_id", info.separator)):
+            if self.meta[key] != value:
+                raise IndexFormatError(
+                    f"{self.paths[0] / fmt.META_FILE}: {key} = {fmt.shown(self.meta[key])} but the shard files say {value}")
+        want_tokens = sum(m["num_tokens"] for m in self._metas)
+        want_docs = sum(m["num_docs"] for m in self._metas)
+        if (want_tokens, want_docs) != (info.num_tokens, info.num_docs):
+            raise IndexFormatError(
+                f"{self.paths[0] / fmt.META_FILE}: says {want_tokens} tokens / {want_docs} documents, "
+                f"the shard files hold {info.num_tokens} / {info.num_docs}")
+
+    def close(self) -> None:
+        """Close the index: queries started from now on raise; queries already running in
+        other threads finish, and the files are unmapped (and the metadata files closed) when
+        the last of them returns. Idempotent."""
+        with self._lock:
+            ix, self._ix = self._ix, None
+            del ix  # (released now, or when the last running query drops its reference)
+
+    def __enter__(self) -> "InfiniGramIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._ix is None
+
+    def native_handle(self) -> _Query:
+        """``with index.native_handle() as ix:`` the C ``ig_index *`` for the duration of one call
+        into the core (the other layers' way in; close() never frees it under a running call).
+        Raises InfiniGramError when the index is closed."""
+        return _Query(self)
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the corpus, document separators excluded."""
+        return int(self._info.num_tokens)
+
+    @property
+    def num_docs(self) -> int:
+        return int(self._info.num_docs)
+
+    @property
+    def vocab_size(self) -> int:
+        """Valid token ids are 0 .. vocab_size - 1."""
+        return int(self._info.vocab_size)
+
+    @property
+    def separator_id(self) -> int:
+        """Reserved id between documents; next-token distributions report end-of-document under it."""
+        return int(self._info.separator)
+
+    @property
+    def token_width(self) -> int:
+        return int(self._info.token_width)
+
+    @property
+    def num_shards(self) -> int:
+        return int(self._info.n_shards)
+
+    @property
+    def metas(self) -> list[dict[str, Any]]:
+        """meta.json of every index directory (several for a union); `meta` is the first."""
+        return list(self._metas)
+
+    @property
+    def state_size(self) -> int:
+        """int64 values of one decoding state (`ig_state_size`: suffix length, count, a range per shard)."""
+        return self._state_size
+
+    @property
+    def tokenizer_name(self) -> Optional[str]:
+        return self.meta.get("tokenizer_name")
+
+    @property
+    def vocab_fingerprint(self) -> Optional[str]:
+        return self.meta.get("vocab_fingerprint")
+
+    @property
+    def eos_token_id(self) -> Optional[int]:
+        return self.meta.get("eos_token_id")
+
+    def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
+        with self.native_handle() as ix:
+            return _shard_sizes(ix, shard)
+
+    def disk_bytes(self) -> int:
+        """Bytes of all index files on disk."""
+        return sum(f.stat().st_size for p in self.paths for f in Path(p).rglob("*") if f.is_file())
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.num_tokens} tokens, {self.num_docs} docs"
+        return f"InfiniGramIndex({', '.join(map(str, self.paths))}: {state}, vocab {self.meta['vocab_size']})"
+
+    # ------------------------------------------------------------ counting
+
+    def count(self, ids: Any) -> int:
+        """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
+        if type(ids) is list and all(type(t) is int for t in ids):  # fast path (a few µs)
+            try:
+                buf = ffi.new("uint32_t[]", ids)
+            except (OverflowError, TypeError):
+                buf = None
+            if buf is not None:
+                ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
+                c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
+                del ix
+                if c >= 0:
+                    return int(c)
+        q = as_ids(ids)
+        out = ffi.new("uint64_t *")
+        err = err_buffer()
+        with self.native_handle() as ix:
+            rc = lib.ig_count(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
+        check(rc, err)
+        return int(out[0])
+
+    def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
+        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.index.batch`
+        for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
+        return batch.count_batch(self, queries, **kw)
+
+    def find(self, ids: Any) -> FindResult:
+        """Suffix-array range [lo, hi) of the n-gram in every shard."""
+        q = as_ids(ids)
+        n = self.num_shards
+        lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        err = err_buffer()
+        with self.native_handle() as ix:
+            rc = lib.ig_find(ix, ptr(q, "uint32_t"), len(q), ptr(lo, "int64_t"), ptr(hi, "int64_t"), err, len(err))
+        check(rc, err)
+        return FindResult(count=int((hi - lo).sum()), lo=lo, hi=hi)
+
+    # ------------------------------------------------------------ probabilities
+
+    def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
+        q, t = as_ids(prompt, "prompt"), as_token(token)
+        out = ffi.new("ig_prob *")
+        qp = ptr(q, "uint32_t")
+        with self.native_handle() as ix:  # no message buffer unless the call fails (then asked again)
+            rc = fn(ix, qp, len(q), int(t[0]), out, ffi.NULL, 0)
+            if rc:
+                err = err_buffer()
+                rc = fn(ix, qp, len(q), int(t[0]), out, err, len(err))
+                check(rc, err)
+        return ProbResult.from_counts(out.count, out.prompt_count, out.suffix_len, out.sparse)
+
+    def ngram_prob(self, prompt: Any, token: int) -> ProbResult:
+        """P(token | prompt) with n = len(prompt) + 1 and no backoff (0 when the prompt is unseen)."""
+        return self._prob(lib.ig_ngram_prob, prompt, token)
+
+    def infgram_prob(self, prompt: Any, token: int) -> ProbResult:
+        """∞-gram P(token | prompt): backs off to the longest suffix of the prompt that occurs."""
+        return self._prob(lib.ig_infgram_prob, prompt, token)
+
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
+        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
+        `infinigram_hf.index.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
+        return batch.prob_batch(self, prompts, tokens, **kw)
+
+    def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
+        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1)."""
+        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=False)
+
+    def infgram_suffix_len(self, prompt: Any) -> int:
+        """Length of the longest suffix of the prompt that occurs in the corpus."""
+        q = as_ids(prompt, "prompt")
+        out = ffi.new("int64_t *")
+        err = err_buffer()
+        with self.native_handle() as ix:
+            rc = lib.ig_infgram_suffix(ix, ptr(q, "uint32_t"), len(q), out, err, len(err))
+        check(rc, err)
+        return int(out[0])
+
+    def infgram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
+        """Exact ∞-gram next-token distribution: that of the longest suffix that occurs.
+
+        ``max_support``: None = exact (the default). An int caps the work: a context with more
+        occurrences and no precomputed distribution is sampled; the result says ``approximate``.
+        """
+        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=True, max_support=max_support)
+
+    def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
+        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
+        `infinigram_hf.index.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
+        return batch.ntd_batch(self, prompts, **kw)
+
+    def suffix_cache(self, **kw: Any) -> "SuffixCache":
+        """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
+        each generated token costing about one binary search (see `infinigram_hf.index.states`)."""
+        return SuffixCache(self, **kw)
+
+    # ------------------------------------------------------------ dense scoring
+
+    def score(self, ids: Any) -> ScoreResult:
+        """P_∞(ids[i] | ids[:i]) for every position, in time linear in len(ids) whatever the
+        corpus (about one search per token); Ctrl-C stops it within a second."""
+        q = as_ids(ids)
+        bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
+        if len(bad):
+            t, i = int(q[bad[0]]), int(bad[0])
+            what = "the document separator, not a token" if t == self.separator_id else \
+                f"outside the vocabulary (size {self.vocab_size})"
+            raise ValueError(f"ids: id {t} at position {i} is {what}")
+        return batch.score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)[0]
+
+    def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
+        """Dense scoring of a batch of sequences in one C call (long ones split across threads,
+        exactly); see `infinigram_hf.index.batch.score_batch`."""
+        return batch.score_batch(self, sequences, **kw)
+
+    # ------------------------------------------------------------ documents
+
+    def doc_shard(self, doc_id: int) -> tuple[int, int]:
+        """(shard, document number inside the shard) of a global document id."""
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
+            raise ValueError(f"doc_id must be an int, got {doc_id!r}")
+        if not 0 <= doc_id < self.num_docs:
+            raise ValueError(f"doc_id {doc_id} out of range (the index has {self.num_docs} documents)")
+        shard = int(np.searchsorted(self._shard_docs, doc_id, side="right") - 1)
+        return shard, int(doc_id - self._shard_docs[shard])
+
+    def get_doc(self, doc_id: int) -> Document:
+        """A document's token ids and metadata by its global id (0 .. num_docs - 1)."""
+        shard, local = self.doc_shard(doc_id)
+        length = ffi.new("int64_t *")
+        err = err_buffer()
+        with self.native_handle() as ix:  # the metadata too: its file is closed with the handle's last reference
+            lib.ig_get_doc(ix, shard, local, ffi.NULL, 0, length, err, len(err))
+            out = np.empty(int(length[0]), dtype=np.uint32)
+            rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
+            check(rc, err)
+            metadata = self._docmeta[shard].get(local)
+        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard)
+
+    def locate(self, shard: int, position: int) -> tuple[int, int]:
+        """Corpus position in a shard -> (global document id, offset inside the document)."""
+        shard = int_arg("shard", shard, 0, self.num_shards - 1)
+        position = int_arg("position", position, 0, INT64_MAX)
+        doc, off = ffi.new("int64_t *"), ffi.new("int64_t *")
+        err = err_buffer()
+        with self.native_handle() as ix:
+            rc = lib.ig_locate(ix, shard, position, doc, off, err, len(err))
+        check(rc, err)
+        return int(self._shard_docs[shard] + doc[0]), int(off[0])
+
+    def positions(self, ids: Any, limit: Optional[int] = None) -> list[tuple[int, int]]:
+        """(shard, position) of occurrences of the n-gram, up to `limit` of them. Without a
+        limit, all of them -- refused (ValueError) for an n-gram with more than MAX_POSITIONS
+        occurrences, which a single call would spend seconds and gigabytes listing."""
+        limit = opt_int_arg("limit", limit, 0, INT64_MAX, f"all, at most MAX_POSITIONS = {MAX_POSITIONS:,}")
+        found = self.find(ids)
+        if limit is None and found.count > MAX_POSITIONS:
+            raise ValueError(f"the n-gram occurs {found.count:,} times, more than MAX_POSITIONS = {MAX_POSITIONS:,}; "
+                             f"pass limit= to list the first ones")
+        out: list[tuple[int, int]] = []
+        pos = ffi.new("int64_t *")
+        err = err_buffer()
+        with self.native_handle() as ix:
+            for shard, (lo, hi) in enumerate(zip(found.lo.tolist(), found.hi.tolist())):
+                for rank in range(lo, hi):
+                    if limit is not None and len(out) >= limit:
+                        return out
+                    check(lib.ig_sa_position(ix, shard, rank, pos, err, len(err)), err)
+                    out.append((shard, int(pos[0])))
+        return out
+
+    def search_docs(self, query: Any, maxnum: int = 10, *, max_clause_freq: int = 50_000,
+                    max_diff_tokens: Optional[int] = None, seed: int = 0, tokenizer: Any = None,
+                    decode: Optional[bool] = None, max_spans: int = 1_000_000) -> "SearchResult":
+        """Documents containing an n-gram, or satisfying a CNF of n-grams (AND of ORs), as the
+        paper's SEARCHDOC; see `infinigram_hf.index.search.search_docs` for the arguments.
+
+        Example:
+            >>> index.search_docs([["import os"], ["sys.argv", "argparse"]]).count  # doctest: +SKIP
+        """
+        return search.search_docs(self, query, maxnum, max_clause_freq=max_clause_freq, max_diff_tokens=max_diff_tokens,
+                           seed=seed, tokenizer=tokenizer, decode=decode, max_spans=max_spans)
+
+    # ------------------------------------------------------------ index algebra
+
+    def difference(self, removed: "InfiniGramIndex", *, verify: bool = False) -> "DifferenceIndex":
+        """This index minus `removed`, an index of a subset of its documents: every query answers
+        as an index built without them (the paper's subtractive property). Neither is closed
+        with the result."""
+        return DifferenceIndex(self, removed, verify=verify)
