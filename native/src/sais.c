@@ -60,8 +60,6 @@
 #define SA_PREFETCH_W(p) ((void)0)
 #endif
 
-#define SA_EARG (-1)
-#define SA_ENOMEM (-4)
 
 /* Most passes touch the text or the buckets at random positions known a little in advance;
    they prefetch PF items ahead (a few hundred ns of work, more than a DRAM round trip). */
@@ -172,7 +170,7 @@ SA_INLINE int buckets_init(buckets *bk, const void *T, int w, int32_t n, int32_t
         ws.wsn -= K;
     } else {
         bk->B = (int32_t *)malloc((size_t)K * sizeof(int32_t));
-        if (!bk->B) return SA_ENOMEM;
+        if (!bk->B) return IG_ERR_NOMEM;
         hint_hugepages(bk->B, (size_t)K * sizeof(int32_t), 0);
         bk->own_B = 1;
         budget -= K;
@@ -808,13 +806,13 @@ SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, wo
 /* Checks the arguments; on success *ke = largest symbol + 1. Returns 1 when there is nothing
    left to do (n <= 1, SA already filled), 0 to go on, or an error code. */
 SA_INLINE int check_args(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, uint32_t *ke) {
-    if (!T || !SA || n < 0 || n > INT32_MAX - 1) return SA_EARG;
+    if (!T || !SA || n < 0 || n > INT32_MAX - 1) return IG_ERR_ARG;
     uint32_t mx = 0;
     for (int32_t i = 0; i < (int32_t)n; i++) {
         uint32_t c = sym(T, w, i);
         mx = c > mx ? c : mx;
     }
-    if (n > 0 && mx >= K) return SA_EARG;
+    if (n > 0 && mx >= K) return IG_ERR_ARG;
     if (n == 1) SA[0] = 0;
     *ke = mx + 1;
     hint_hugepages(SA, (size_t)n * sizeof(int32_t), 0);
@@ -881,7 +879,7 @@ static int sais_any(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, in
        the bucket arrays stay O(n). */
     if (ke == 0 || (ke > (uint32_t)n && ke > 65536)) {
         uint32_t *R = remap_dense((const uint32_t *)T, SA, (int32_t)n, &ke);
-        if (!R) return SA_ENOMEM;
+        if (!R) return IG_ERR_NOMEM;
         rc = sais_w4(R, SA, (int32_t)n, (int32_t)ke, ws);
         free(R);
         return rc;
@@ -894,12 +892,12 @@ int ig_sais_u16(const uint16_t *T, int32_t *SA, int64_t n, uint32_t K) { return 
 int ig_sais_u32(const uint32_t *T, int32_t *SA, int64_t n, uint32_t K) { return sais_any(T, 4, SA, n, K, 0, NULL, NULL); }
 
 int ig_sais_final(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, ig_sais_progress_fn done, void *ctx) {
-    if (w != 1 && w != 2 && w != 4) return SA_EARG;
+    if (w != 1 && w != 2 && w != 4) return IG_ERR_ARG;
     return sais_any(T, w, SA, n, K, 0, done, ctx);
 }
 
 int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode, ig_sais_progress_fn done,
                  void *ctx) {
-    if (w != 1 && w != 2 && w != 4) return SA_EARG;
+    if (w != 1 && w != 2 && w != 4) return IG_ERR_ARG;
     return sais_any(T, w, SA, n, K, mode, done, ctx);
 }

@@ -518,7 +518,7 @@ static int run_sais(ig_writer *w, int32_t *sa, ig_sais_progress_fn done, void *d
     map_separators(w, w->sep, w->vocab_size);
     rc = ig_sais_final(w->tokens, w->width, sa, w->len, K, done, done_ctx);
     map_separators(w, w->vocab_size, w->sep);
-    if (rc == -4) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory building the suffix array of %lld tokens", (long long)w->len);
+    if (rc == IG_ERR_NOMEM) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory building the suffix array of %lld tokens", (long long)w->len);
     if (rc) return ig_fail(err, errlen, IG_ERR_ARG, "suffix array construction rejected the input (%d)", rc);
     return IG_OK;
 }

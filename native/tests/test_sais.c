@@ -1,6 +1,6 @@
 /* test_sais.c - standalone tests for native/src/sais.c.
  *
- *   gcc -O2 -Inative/include native/src/sais.c native/tests/test_sais.c -o /tmp/test_sais
+ *   gcc -O2 -Inative/include -Inative/src native/src/sais.c native/tests/test_sais.c -o /tmp/test_sais
  *   /tmp/test_sais            (also worth running built with -fsanitize=address,undefined -g)
  *
  * Small inputs are checked against a naive reference (qsort of suffixes); larger ones with an
@@ -297,27 +297,27 @@ static void test_errors(void) {
         checks++;                                                   \
         if ((rc = (call)) != (want)) FAIL("%s -> %d, want %d", #call, rc, want); \
     } while (0)
-    EXPECT(ig_sais_u8(t8, SA, 4, 3), -1);          /* symbol 3 >= K */
+    EXPECT(ig_sais_u8(t8, SA, 4, 3), IG_ERR_ARG);          /* symbol 3 >= K */
     EXPECT(ig_sais_u8(t8, SA, 4, 4), 0);
-    EXPECT(ig_sais_u8(t8, SA, 4, 0), -1);
-    EXPECT(ig_sais_u16(t16, SA, 4, 65535), -1);
+    EXPECT(ig_sais_u8(t8, SA, 4, 0), IG_ERR_ARG);
+    EXPECT(ig_sais_u16(t16, SA, 4, 65535), IG_ERR_ARG);
     EXPECT(ig_sais_u16(t16, SA, 4, 65536), 0);
-    EXPECT(ig_sais_u32(t32, SA, 4, UINT32_MAX), -1);
-    EXPECT(ig_sais_u32(t32, SA, 3, UINT32_MAX), -1);
+    EXPECT(ig_sais_u32(t32, SA, 4, UINT32_MAX), IG_ERR_ARG);
+    EXPECT(ig_sais_u32(t32, SA, 3, UINT32_MAX), IG_ERR_ARG);
     EXPECT(ig_sais_u32(t32, SA, 2, 2), 0);
-    EXPECT(ig_sais_u32(t32, SA, 2, 1), -1);
-    EXPECT(ig_sais_u8(NULL, SA, 4, 4), -1);
-    EXPECT(ig_sais_u16(t16, NULL, 4, 65536), -1);
-    EXPECT(ig_sais_u32(NULL, NULL, 0, 1), -1);
-    EXPECT(ig_sais_u8(t8, SA, -1, 4), -1);
-    EXPECT(ig_sais_u8(t8, SA, (int64_t)INT32_MAX, 4), -1);
-    EXPECT(ig_sais_u16(t16, SA, (int64_t)1 << 40, 65536), -1);
+    EXPECT(ig_sais_u32(t32, SA, 2, 1), IG_ERR_ARG);
+    EXPECT(ig_sais_u8(NULL, SA, 4, 4), IG_ERR_ARG);
+    EXPECT(ig_sais_u16(t16, NULL, 4, 65536), IG_ERR_ARG);
+    EXPECT(ig_sais_u32(NULL, NULL, 0, 1), IG_ERR_ARG);
+    EXPECT(ig_sais_u8(t8, SA, -1, 4), IG_ERR_ARG);
+    EXPECT(ig_sais_u8(t8, SA, (int64_t)INT32_MAX, 4), IG_ERR_ARG);
+    EXPECT(ig_sais_u16(t16, SA, (int64_t)1 << 40, 65536), IG_ERR_ARG);
     EXPECT(ig_sais_u32(t32, SA, 0, 0), 0);          /* empty text: any K */
     SA[0] = 7;
     EXPECT(ig_sais_u16(t16, SA, 1, 1), 0);
     checks++;
     if (SA[0] != 0) FAIL("n=1 gave SA[0]=%d", SA[0]);
-    EXPECT(ig_sais_u16(t16 + 2, SA, 1, 65535), -1); /* single symbol >= K */
+    EXPECT(ig_sais_u16(t16 + 2, SA, 1, 65535), IG_ERR_ARG); /* single symbol >= K */
 }
 
 int main(void) {

@@ -8,13 +8,14 @@
  *   n      0 <= n <= INT32_MAX - 1.
  *   K      alphabet bound: every T[i] < K (checked).
  *
- * Returns 0 on success, -1 on a bad argument (n out of range, NULL pointer, a symbol >= K),
- * -4 when memory runs out. Never writes outside SA[0..n) and its own allocations; keeps no
- * global state, so concurrent calls on different buffers are safe. On Linux, large T and SA
- * are advised into transparent huge pages (madvise; contents untouched, failures ignored).
- * With more than one CPU and one of them idle (load average), texts of 2^20 symbols or more
- * get a second thread that fetches symbols ahead of the induction passes
- * (INFINIGRAM_SAIS_THREADS=1 / =2 turns it off / on whatever the load).
+ * Returns IG_OK (0) on success, IG_ERR_ARG on a bad argument (n out of range, NULL pointer, a
+ * symbol >= K, a width other than 1, 2, 4), IG_ERR_NOMEM when memory runs out (infinigram.h).
+ * Never writes outside SA[0..n) and its own allocations; keeps no global state, so concurrent
+ * calls on different buffers are safe. On Linux, large T and SA are advised into transparent
+ * huge pages (madvise; contents untouched, failures ignored). With more than one CPU and one
+ * of them idle (load average), texts of 2^20 symbols or more get a second thread that fetches
+ * symbols ahead of the induction passes (INFINIGRAM_SAIS_THREADS=1 / =2 turns it off / on
+ * whatever the load).
  *
  * Extra memory beyond SA, in bytes (details at the top of sais.c), Ke = max symbol + 1:
  *   u8 / u16: <= max(2n, 512 KiB); typically < 0.1n on text, ~1.2n on i.i.d. Zipf tokens.
@@ -24,6 +25,8 @@
 #define IG_SAIS_H
 
 #include <stdint.h>
+
+#include "infinigram.h" /* IG_OK, IG_ERR_* */
 
 #ifdef __cplusplus
 extern "C" {
