@@ -50,6 +50,11 @@ from infinigram_hf import InfiniGramIndex
 from infinigram_hf._core import format as fmt
 from infinigram_hf.build import build_index
 
+# The suite also runs against the core built with AddressSanitizer (tools/sanitize.sh preloads
+# its runtime): ASan reserves terabytes of address space and keeps its own heap, so tests of
+# address-space limits or peak RSS measure ASan there, not the package.
+UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
+
 Docs = Sequence[Sequence[int]]
 
 

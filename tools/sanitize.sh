@@ -49,8 +49,12 @@ fi
 # exceptions, and ASan's __cxa_throw interceptor aborts if libstdc++ was not there at start-up.
 STDCXX=$($CC -print-file-name=libstdc++.so)
 if [ -e "$STDCXX" ]; then export LD_PRELOAD="$RUNTIME $STDCXX"; else export LD_PRELOAD=$RUNTIME; fi
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# Reports also go to files (log_path), printed again after pytest: CI shows the end of the
+# output, and an abort's Python traceback would otherwise push the report out of view.
+REPORTS=$ROOT/build/sanitize/reports
+mkdir -p "$REPORTS"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:allocator_may_return_null=1:log_path=$REPORTS/asan}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:log_path=$REPORTS/ubsan}
 export PYTHONSAFEPATH=1
 cd "$ROOT/build/sanitize/run"
 "$VENV/bin/python" - <<'EOF'
@@ -68,6 +72,17 @@ for a in "$@"; do
 done
 [ $paths -eq 1 ] || args+=("$ROOT/tests")
 rc=0
-"$VENV/bin/python" -m pytest -p no:cacheprovider -c "$ROOT/pyproject.toml" --rootdir "$ROOT" "${args[@]}" || rc=$?
+"$VENV/bin/python" -m pytest -p no:cacheprovider -c "$ROOT/pyproject.toml" --rootdir "$ROOT" "${args[@]}" \
+    2> >(tee "$REPORTS/pytest-stderr.log" >&2) || rc=$?
 if [ $rc -eq 5 ]; then echo "tools/sanitize.sh: pytest collected no tests" >&2; fi
+if [ $rc -ne 0 ]; then
+    # a sanitizer abort kills pytest mid-test: name the test frames of the fatal traceback
+    grep -h 'File ".*/tests/' "$REPORTS/pytest-stderr.log" 2>/dev/null | head -5 \
+        | sed 's/^/tools\/sanitize.sh: running when it stopped: /' >&2 || true
+    for f in $(ls -t "$REPORTS"/asan.* "$REPORTS"/ubsan.* 2>/dev/null | head -3); do
+        [ -e "$f" ] || continue
+        echo "tools/sanitize.sh: sanitizer report $f:" >&2
+        head -60 "$f" >&2
+    done
+fi
 exit $rc

@@ -4,7 +4,6 @@ needs the budget plus a constant, whatever the document's length. Measured in a 
 (peak RSS, Linux), and the pieces give the same index as whole documents."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import UNDER_ASAN
 from infinigram_hf.build import ingest as _ingest
 from infinigram_hf.build import build_index
 
@@ -48,7 +48,7 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS from /proc")
-@pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""), reason="ASan's own memory is not the build's")
+@pytest.mark.skipif(UNDER_ASAN, reason="ASan's own memory is not the build's")
 @pytest.mark.parametrize("kind", ["text", "list", "array"])
 def test_one_long_document_stays_within_the_budget(tmp_path, kind) -> None:
     budget = 64 << 20

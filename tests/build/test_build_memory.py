@@ -3,7 +3,6 @@ threads (native/src/prefault.c). Where that reservation is refused (a strict ove
 an address-space limit), it falls back to growing ordinary allocations: same index, byte for byte."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import UNDER_ASAN
 from infinigram_hf.build import build_index
 
 DOCS = textwrap.dedent("""
@@ -45,7 +45,7 @@ def index_files(path: Path) -> dict:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux")
-@pytest.mark.skipif("asan" in os.environ.get("LD_PRELOAD", ""), reason="ASan needs more address space than the limit")
+@pytest.mark.skipif(UNDER_ASAN, reason="ASan needs more address space than the limit")
 def test_build_without_address_space_reservation_is_identical(tmp_path) -> None:
     scope: dict = {}
     exec(DOCS, scope)

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import make_index
+from conftest import UNDER_ASAN, make_index
 
 from infinigram_hf import InfiniGramDrafter, InfiniGramLM
 from infinigram_hf._core.args import float_arg, int_arg, short_repr
@@ -121,6 +121,7 @@ _ALLOC_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(UNDER_ASAN, reason="ASan needs more address space than the limit")
 def test_sizes_are_checked_before_allocating(tmp_path):
     """Under a 3 GiB address-space limit (a child process), each call is refused by name: the
     huge allocations it used to attempt would fail with MemoryError instead."""
