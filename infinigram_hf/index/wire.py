@@ -44,7 +44,7 @@ def encode(params: Mapping[str, Any], arrays: Mapping[str, Any] = {}) -> bytes:
     for name, arr in arrays.items():
         a = np.asarray(arr)
         code = _code(a.dtype)
-        a = np.ascontiguousarray(a, dtype=np.dtype(code if code != "b1" else "?").newbyteorder("<"))
+        a = np.asarray(a, dtype=np.dtype(code if code != "b1" else "?").newbyteorder("<"), order="C")
         specs.append({"name": name, "dtype": code, "shape": list(a.shape)})
         blobs.append(a.tobytes())
     header = json.dumps({"params": dict(params), "arrays": specs}, separators=(",", ":")).encode()
@@ -82,7 +82,7 @@ def decode(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n = int(np.prod(shape, dtype=object)) * dt.itemsize
         if pos + n > len(mv):
             raise WireError(f"array {name!r} of shape {shape} needs {n} bytes; the body has {len(mv) - pos} left")
-        arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(shape)
+        arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(tuple(shape))
         pos += n
     if pos != len(mv):
         raise WireError(f"{len(mv) - pos} bytes after the declared arrays")

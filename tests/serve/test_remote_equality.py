@@ -6,6 +6,8 @@ GPT-2 against it, locally and remotely, and compare the tokens.
 """
 from __future__ import annotations
 
+import json
+
 import httpx
 import numpy as np
 import pytest
@@ -227,3 +229,17 @@ def test_official_shaped_requests(server, tiny_index, tiny_tok) -> None:
                 {"query_type": "count", "query_ids": [1, "a"]}, {"index": "missing", "query_type": "count", "query": "x"}):
         r = httpx.post(url, json={"index": "code", **bad}, timeout=30)
         assert 400 <= r.status_code < 500 and "error" in r.json(), (bad, r.text)
+
+
+def test_health_info_metrics_and_no_cors_by_default(server, remote) -> None:
+    h = httpx.get(server.url + "/health", headers={"Origin": "https://any.example"}, timeout=10)
+    assert h.json()["ok"] is True and h.json()["indexes"] == ["code", "num"]
+    assert "access-control-allow-origin" not in h.headers
+    info = httpx.get(server.url + "/info", timeout=10).json()
+    assert set(info["indexes"]) == {"code", "num"} and info["indexes"]["num"]["num_docs"] == len(DOCS)
+    assert "/tmp" not in json.dumps(info) and str(server.url) not in json.dumps(info)  # no host paths
+    remote.count([1])
+    m = httpx.get(server.url + "/metrics", timeout=10)
+    assert m.headers["content-type"].startswith("text/plain")
+    assert 'infinigram_requests_total{endpoint="op:count",status="200"}' in m.text
+    assert 'infinigram_request_seconds_bucket{endpoint="op:count",le="0.001"}' in m.text
