@@ -10,6 +10,7 @@ reads it). Used as ``uvicorn.run(..., http=H11WithHeaderTimeout)``.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -41,6 +42,12 @@ class H11WithHeaderTimeout(H11Protocol):
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # an answer is written as head + body: without TCP_NODELAY the body can wait for the
+            # client's delayed ACK. Measured: with --workers 2 every answer took ~48 ms without
+            # this line (1 worker: ~2 ms either way), ~2 ms with it.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
