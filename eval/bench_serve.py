@@ -234,7 +234,8 @@ def processor_steps(local: Any, remote: Any, batch: int, steps: int, rounds: int
 
     from infinigram_hf import InfiniGramLogitsProcessor
 
-    ctxs = contexts(batch, 7 + batch)
+    ctxs = [c for c in contexts(20 * batch, 7 + batch) if len(c) >= 64 + steps][:batch]
+    assert len(ctxs) == batch, "not enough long held-out contexts for --steps"
     width = 32000 + 64
     scores = torch.randn(batch, width, generator=torch.Generator().manual_seed(0))
     out = {}

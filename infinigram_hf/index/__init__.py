@@ -1,7 +1,7 @@
 """The index layer: `InfiniGramIndex` (the Python face of the C core: ids in, numpy out),
 batched queries, decoding states (`SuffixCache`), union and difference of indexes, document
 search, the result types, and `RemoteIndex` (an index on an `infinigram-hf serve` server;
-httpx is imported when one is made). Imports only `infinigram_hf._core`; knows nothing of the LM,
+standard library HTTP only). Imports only `infinigram_hf._core`; knows nothing of the LM,
 torch or transformers."""
 from .difference import DifferenceIndex
 from .infinigram_index import InfiniGramIndex

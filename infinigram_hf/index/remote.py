@@ -6,16 +6,17 @@
 The `LogitsProcessor`, `perplexity()`, the drafter and `InfiniGramLM.score` take it where they
 take a local index. Batched queries travel as numpy arrays (`infinigram_hf.index.wire`), and a
 decoding step of the processor is one request for the whole batch (the server keeps the
-`SuffixCache`). Connections are pooled and kept alive (httpx); every query is idempotent and is
-retried with backoff on a refused connection or a 503; whatever happens, a call returns or raises
-`InfiniGramError` within ``timeout`` seconds. httpx is imported here only, on first use.
+`SuffixCache`). Connections are pooled and kept alive (http.client: `http_pool`); every query is
+idempotent and is retried with backoff on a refused or dropped connection or a 503; a dead or
+slow server raises `InfiniGramError` within ``timeout`` seconds (each socket operation is
+bounded by the time left).
 """
 from __future__ import annotations
 
 import json
+import http.client
 import random
 import socket
-import threading
 import time
 from typing import Any, Optional
 from urllib.parse import quote, urlsplit
@@ -26,6 +27,7 @@ from .._core.errors import InfiniGramError
 from .._core.ids import as_ids, one_per_row
 from . import wire
 from .batch import as_batch
+from .http_pool import Pool, Response
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, Document, NextTokenDistribution,
                       ProbResult, ScoreResult)
 from .search import DocumentMatch, SearchResult
@@ -53,8 +55,6 @@ class RemoteIndex:
 
     def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 3, api_key: Optional[str] = None,
                  max_connections: int = 16):
-        import httpx
-
         parts = urlsplit(url)
         name = parts.path.rstrip("/").rsplit("/", 1)[-1]
         if parts.scheme not in ("http", "https") or not parts.netloc or not name:
@@ -63,30 +63,27 @@ class RemoteIndex:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.url, self.name, self.timeout, self.retries = url, name, float(timeout), int(retries)
         prefix = parts.path.rstrip("/").rsplit("/", 1)[0]
-        self._base = f"{parts.scheme}://{parts.netloc}{prefix}/v1/{quote(name, safe='')}"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        # TCP_NODELAY: a POST goes out as two writes (head, body); with Nagle's algorithm the body
-        # waits for the server's delayed ACK of the head, ~40 ms per request on loopback.
-        transport = httpx.HTTPTransport(limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-        self._http = httpx.Client(headers=headers, timeout=self.timeout, transport=transport)
-        self._httpx = httpx
+        self._prefix = f"{prefix}/v1/{quote(name, safe='')}"
+        self._pool = Pool(parts.scheme, parts.netloc, size=max_connections, headers=headers)
         self._closed = False
-        self._lock = threading.Lock()
         try:
             self.info = self._json("GET", "/info")
         except BaseException:
-            self._http.close()
+            self._pool.close()
             raise
 
     # ------------------------------------------------------------ transport
 
     def _request(self, method: str, path: str, *, content: Optional[bytes] = None,
-                 body: Any = None, ctype: str = wire.CONTENT_TYPE) -> Any:
+                 body: Any = None, ctype: str = wire.CONTENT_TYPE) -> Response:
         """One call with retries: the response (2xx), or ValueError (4xx: the server's message)
         or InfiniGramError (unreachable, 5xx, or out of time)."""
         if self._closed:
             raise InfiniGramError(f"{self.url}: the remote index is closed")
+        if body is not None:
+            content, ctype = json.dumps(body).encode(), "application/json"
+        headers = {"Content-Type": ctype} if content is not None else {}
         deadline = time.monotonic() + self.timeout
         last = ""
         for attempt in range(self.retries + 1):
@@ -94,15 +91,11 @@ class RemoteIndex:
             if left <= 0:
                 break
             try:
-                if body is not None:
-                    r = self._http.request(method, self._base + path, json=body, timeout=left)
-                else:
-                    r = self._http.request(method, self._base + path, content=content, timeout=left,
-                                           headers={"Content-Type": ctype} if content is not None else None)
-            except self._httpx.TimeoutException:
+                r = self._pool.request(method, self._prefix + path, content, headers, left)
+            except (TimeoutError, socket.timeout):
                 last = f"no answer within {self.timeout:g} s"
                 break  # the time is spent: a retry could not finish either
-            except self._httpx.TransportError as exc:  # refused, reset, dropped mid-answer
+            except (OSError, http.client.HTTPException) as exc:  # refused, reset, dropped mid-answer
                 last = f"{type(exc).__name__}: {exc}"
                 wait = 0.05 * 2 ** attempt
             else:
@@ -111,7 +104,10 @@ class RemoteIndex:
                 msg = _message(r)
                 if r.status_code == 503:
                     last = f"503 {msg}"
-                    wait = min(float(r.headers.get("Retry-After", "0.1") or 0.1), 1.0)
+                    try:
+                        wait = min(float(r.headers.get("retry-after", "0.1")), 1.0)
+                    except ValueError:
+                        wait = 0.1
                 elif r.status_code < 500:
                     raise ValueError(f"{self.url}: {msg}") if r.status_code in (400, 404, 413, 422) \
                         else InfiniGramError(f"{self.url}: HTTP {r.status_code}: {msg}")
@@ -138,7 +134,7 @@ class RemoteIndex:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._http.close()
+            self._pool.close()
 
     @property
     def closed(self) -> bool:

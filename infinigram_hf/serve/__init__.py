@@ -2,7 +2,7 @@
 
 `build_app({name: index_like})` makes the ASGI app (reusable: anything with the index query API
 can be served, e.g. a fan-out over machines); `serve()` runs it. The client is
-`infinigram_hf.index.RemoteIndex` (httpx), which needs none of this.
+`infinigram_hf.index.RemoteIndex` (standard library only), which needs none of this.
 """
 from .app import build_app
 from .ops import Limits, ServedIndex
