@@ -15,6 +15,7 @@ row, the context growing one held-out token per step (what generate() does), on 
 and on the remote one; the difference of the medians is what the remote index adds per step.
 
     python eval/bench_serve.py --seconds 60 --workers 2     # -> eval/results/bench_serve.json
+    python eval/bench_serve.py --processor-only --workers 1 --out eval/results/bench_serve_processor.json
 """
 from __future__ import annotations
 
@@ -244,14 +245,16 @@ def processor_steps(local: Any, remote: Any, batch: int, steps: int, rounds: int
         for _ in range(rounds):
             proc = InfiniGramLogitsProcessor(ix, 0.5, 0.3)
             times = []
-            c0, s0 = time.process_time(), cpu_seconds(server_pid)
+            client_cpu, s0 = 0.0, cpu_seconds(server_pid)
             for k in range(64, 64 + steps):
                 ids = torch.tensor([c[:k] for c in ctxs])
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 proc(ids, scores)
                 times.append(time.perf_counter() - t0)
-            # CPU per step, this process plus the server's (what a quiet machine would take)
-            cpu.append((time.process_time() - c0 + cpu_seconds(server_pid) - s0) / steps * 1000)
+                client_cpu += time.process_time() - c0
+            # CPU per step: the call in this process, plus the server's over the round (what a
+            # quiet machine would take; the wall time here includes waiting for a CPU)
+            cpu.append((client_cpu + cpu_seconds(server_pid) - s0) / steps * 1000)
             per_round.append(statistics.median(times) * 1000)
         out[f"{name}_ms"] = statistics.median(per_round)
         out[f"{name}_cpu_ms"] = statistics.median(cpu)
@@ -268,6 +271,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_serve"))
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--processor-only", action="store_true", help="skip the load test")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "bench_serve.json")
     args = ap.parse_args()
     torch_threads = 1
@@ -299,23 +303,24 @@ def main() -> None:
                 time.sleep(0.2)
         sampler = MemorySampler(server.pid)
         sampler.start()
-        for c in args.clients:
+        for c in ([] if args.processor_only else args.clients):
             r = remote_phase(url, c, args.seconds)
             print("remote", r, flush=True)
             res["remote"].append(r)
             loc = local_phase(index_dir, c, args.seconds)
             print("local ", loc, flush=True)
             res["local"].append(loc)
+        sampler.stop.set()  # (its /proc scans would count as CPU of the processor steps)
+        sampler.join()
+        mem = sampler.samples or [(time.time(),) + memory_mib(server.pid)]
+        res["server_memory_mib"] = {"first_rss": mem[0][1], "last_rss": mem[-1][1], "max_rss": max(m[1] for m in mem),
+                                    "first_pss": mem[0][2], "last_pss": mem[-1][2], "max_pss": max(m[2] for m in mem),
+                                    "samples": len(mem),
+                                    "series": [[round(t - mem[0][0], 1), round(r, 1), round(q, 1)] for t, r, q in mem]}
         from infinigram_hf import InfiniGramIndex
         local, remote = InfiniGramIndex.open(index_dir), InfiniGramIndex.open(url)
         res["processor"] = {b: processor_steps(local, remote, b, args.steps, args.rounds, server.pid) for b in (1, 8)}
         print("processor", res["processor"], flush=True)
-        sampler.stop.set()
-        sampler.join()
-        mem = sampler.samples
-        res["server_memory_mib"] = {"first_rss": mem[0][1], "last_rss": mem[-1][1], "max_rss": max(m[1] for m in mem),
-                                    "first_pss": mem[0][2], "last_pss": mem[-1][2], "max_pss": max(m[2] for m in mem),
-                                    "samples": len(mem)}
         res["load_after"] = os.getloadavg()
     finally:
         server.terminate()

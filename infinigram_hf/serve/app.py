@@ -11,7 +11,8 @@ properties); a fan-out over several machines qualifies. Endpoints (docs/SERVING.
     GET  /v1/{name}/info, /info     metadata;   GET /health;   GET /metrics (Prometheus)
 
 Every query runs in a worker thread (the C core releases the GIL) under a per-request time
-budget: past it the answer is 504 and the C loop of a dense scoring is told to stop. Past
+budget -- except small decoding-step ops (INLINE_OPS, a few binary searches a row), which run on
+the event loop because the thread hop cost more than they do: past it the answer is 504 and the C loop of a dense scoring is told to stop. Past
 ``max_inflight`` requests in progress the answer is 503 with Retry-After. Bad input of any kind
 is a 4xx with a JSON ``{"error": message}``, never a traceback.
 """

@@ -85,7 +85,7 @@ class ServedIndex:
     def cache(self) -> Any:
         with self._lock:
             if self._cache is None:
-                self._cache = self.index.suffix_cache(max_states=1 << 18, max_distributions=1 << 14, lookback=64)
+                self._cache = self.index.suffix_cache(max_states=1 << 18, max_distributions=1 << 14, lookback=16)
             return self._cache
 
     def drafter(self, options: Any) -> Any:
