@@ -13,6 +13,7 @@ before any array is made from it. Arrays are zero-copy views of the received byt
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,6 +22,9 @@ MAGIC = b"IGW1"
 CONTENT_TYPE = "application/x-infinigram-arrays"
 # little-endian numeric dtypes only: a message never carries objects
 DTYPES = {"u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "f4", "f8", "b1"}
+# the little-endian numpy dtype of each code, made once (a decode is on every decoding step)
+_NP = {c: np.dtype("?" if c == "b1" else c).newbyteorder("<") for c in DTYPES}
+_CODE = {(dt.kind, dt.itemsize): c for c, dt in _NP.items()}
 MAX_HEADER = 1 << 20
 MAX_ARRAYS = 64
 MAX_DIMS = 4
@@ -31,10 +35,9 @@ class WireError(ValueError):
 
 
 def _code(dtype: np.dtype) -> str:
-    dt = np.dtype(dtype)
-    code = "b1" if dt == np.bool_ else f"{dt.kind}{dt.itemsize}"
-    if code not in DTYPES:
-        raise WireError(f"dtype {dt} cannot be sent (numeric dtypes only)")
+    code = _CODE.get((dtype.kind, dtype.itemsize))
+    if code is None:
+        raise WireError(f"dtype {dtype} cannot be sent (numeric dtypes only)")
     return code
 
 
@@ -44,7 +47,7 @@ def encode(params: Mapping[str, Any], arrays: Mapping[str, Any] = {}) -> bytes:
     for name, arr in arrays.items():
         a = np.asarray(arr)
         code = _code(a.dtype)
-        a = np.asarray(a, dtype=np.dtype(code if code != "b1" else "?").newbyteorder("<"), order="C")
+        a = np.asarray(a, dtype=_NP[code], order="C")
         specs.append({"name": name, "dtype": code, "shape": list(a.shape)})
         blobs.append(a.tobytes())
     header = json.dumps({"params": dict(params), "arrays": specs}, separators=(",", ":")).encode()
@@ -78,8 +81,8 @@ def decode(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if not isinstance(name, str) or code not in DTYPES or not isinstance(shape, list) or len(shape) > MAX_DIMS \
                 or not all(type(d) is int and d >= 0 for d in shape):
             raise WireError(f"bad array spec {spec!r} (dtype one of {sorted(DTYPES)}, shape a list of ints >= 0)")
-        dt = np.dtype("?" if code == "b1" else code).newbyteorder("<")
-        n = int(np.prod(shape, dtype=object)) * dt.itemsize
+        dt = _NP[code]
+        n = math.prod(shape) * dt.itemsize
         if pos + n > len(mv):
             raise WireError(f"array {name!r} of shape {shape} needs {n} bytes; the body has {len(mv) - pos} left")
         arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(tuple(shape))
