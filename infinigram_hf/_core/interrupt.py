@@ -10,8 +10,9 @@ them), run directly: a thread costs about 0.1 ms.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .native import ffi
 
@@ -20,12 +21,28 @@ from .native import ffi
 THREAD_MIN_WORK = 1 << 15
 
 
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def cancel_scope() -> Iterator[Any]:
+    """Within it, the cancellable C calls of this thread poll the flag it yields (an ``int *``):
+    setting ``flag[0] = 1`` from another thread stops them (IG_ERR_CANCELLED). The server's
+    per-request time budget uses it: a thread cannot be killed, but its C loop can be told to stop."""
+    flag = ffi.new("int *")
+    _scope.flag = flag
+    try:
+        yield flag
+    finally:
+        _scope.flag = None
+
+
 def call_interruptibly(fn: Callable[..., int], *args: Any, work: int, tail: tuple = ()) -> int:
     """``fn(*args, cancel, *tail)`` where cancel is an ``int *`` the C loop polls (the C calls
     take it before their message buffer, which goes in `tail`); returns the C code. A
     KeyboardInterrupt (or any exception) in the main thread while it waits cancels the call and
     is re-raised once the call has stopped."""
-    cancel = ffi.new("int *")
+    cancel = getattr(_scope, "flag", None) or ffi.new("int *")
     if work < THREAD_MIN_WORK or threading.current_thread() is not threading.main_thread():
         return fn(*args, cancel, *tail)
     result: list[Any] = []

@@ -14,10 +14,10 @@ from typing import Optional, Sequence
 
 from .._core.safe_text import printable
 from .._version import __version__
-from . import analysis_commands, index_commands, lm_commands
+from . import analysis_commands, index_commands, lm_commands, serve_command
 from .common import EXIT_USAGE, PROG, USER_ERRORS, CLIError
 
-COMMANDS = index_commands.COMMANDS + lm_commands.COMMANDS + analysis_commands.COMMANDS
+COMMANDS = index_commands.COMMANDS + lm_commands.COMMANDS + analysis_commands.COMMANDS + serve_command.COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,8 @@ def _check_option_values(parser: argparse.ArgumentParser, args: argparse.Namespa
     a string (Python <= 3.12); refuse it rather than fail on a list later."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for action in sub.choices[args.command]._actions:
-        if action.option_strings and action.nargs is None and isinstance(getattr(args, action.dest, None), list):
+        if action.option_strings and action.nargs is None and not isinstance(action, argparse._AppendAction) \
+                and isinstance(getattr(args, action.dest, None), list):  # (repeatable options hold lists)
             raise CLIError(f"{action.option_strings[-1]}: '--' is not a valid value")
 
 

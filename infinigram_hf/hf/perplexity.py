@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..index import InfiniGramIndex
+from ..index import InfiniGramIndex, is_index
 from ..lm.context import segments
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
 from .._core.tokenization import check_tokenizer
@@ -119,8 +119,8 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, 
     if window < 2 or stride >= window:
         raise ValueError(f"need 1 <= stride < window so that every scored token has context in its window "
                          f"(got window={window}, stride={stride})")
-    if not isinstance(index, InfiniGramIndex):
-        raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+    if not is_index(index):
+        raise ValueError(f"index must be an InfiniGramIndex or a RemoteIndex, got {type(index).__name__}")
     if tokenizer is not None:
         check_tokenizer(index, tokenizer)
     cfg = getattr(model, "config", None)

@@ -18,7 +18,7 @@ import torch
 
 from .._core.args import int_arg
 from .._core.ids import to_numpy
-from ..index import InfiniGramIndex
+from ..index import InfiniGramIndex, is_index
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -67,8 +67,8 @@ class InfiniGramLogitsProcessor(_Base):
                  tokenizer: Any = None, pad_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
                  cache_size: int = 4096):
-        if not isinstance(index, InfiniGramIndex):
-            raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+        if not is_index(index):
+            raise ValueError(f"index must be an InfiniGramIndex or a RemoteIndex, got {type(index).__name__}")
         self.index = index
         self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
         self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")

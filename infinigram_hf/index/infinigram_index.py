@@ -148,12 +148,18 @@ class InfiniGramIndex:
     def open(cls, path: Union[PathLike, Sequence[PathLike]],
              subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
              verify: bool = False) -> "Union[InfiniGramIndex, DifferenceIndex]":
-        """Open an index directory, or a list of them as one index whose counts add up.
+        """Open an index directory, or a list of them as one index whose counts add up, or an
+        index served by `infinigram-hf serve` (``http://host:port/NAME``: a `RemoteIndex`).
 
         With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
         answering as an index built without those documents (see infinigram_hf.index.difference;
         `verify=True` also spot-checks the subset property).
         """
+        if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
+            if subtract is not None:
+                raise ValueError("subtract= is not available for a remote index")
+            from .remote import RemoteIndex
+            return RemoteIndex(path)  # type: ignore[return-value]
         if subtract is not None:  # the result owns both indexes
             full = cls.open(path)
             try:

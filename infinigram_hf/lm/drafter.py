@@ -36,7 +36,8 @@ import numpy as np
 from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from .._core.ids import as_i64_ids
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from ..index import InfiniGramIndex
+from ..index import InfiniGramIndex, is_index
+from .drafter_remote import RemoteDraftCalls
 from .context import context_start
 
 SOURCES = ("longest", "lookup_first", "infgram_first", "infgram", "lookup")
@@ -176,8 +177,8 @@ class InfiniGramDrafter:
                  prompt_lookup: bool = True, lookup_min_match: int = 2, lookup_max_match: int = 64,
                  source: str = "lookup_first", eos_token_id: Optional[int] = None, cache: Any = None,
                  adaptive: bool = True, verify_cost: float = 0.05):
-        if index is not None and not isinstance(index, InfiniGramIndex):
-            raise ValueError(f"index must be an InfiniGramIndex or None, got {type(index).__name__}")
+        if index is not None and not is_index(index):
+            raise ValueError(f"index must be an InfiniGramIndex, a RemoteIndex or None, got {type(index).__name__}")
         self.index = index
         # sizes are checked before the buffers sized by them are made (max_draft=10**9 was 7.45 GiB)
         self.max_draft = int_arg("max_draft", max_draft, 0, MAX_DRAFT)
@@ -208,6 +209,8 @@ class InfiniGramDrafter:
             "source": SOURCES.index(source), "eos_id": -1 if self.eos_token_id is None else self.eos_token_id,
             "infgram_cap": -1, "lookup_cap": -1}
         self._use_inf = index is not None and source != "lookup"
+        # over a RemoteIndex the four C calls below run on the server, with these same arguments
+        self._remote = RemoteDraftCalls(index, self._ctor_options()) if getattr(index, "is_remote", False) else None
         self._tls = threading.local()  # per-thread C buffers (_Scratch): a drafter may be shared
         self._stats_lock = threading.Lock()
         self.stats = {"drafts": 0, "infgram": 0, "lookup": 0, "none": 0, "tokens": 0}
@@ -220,6 +223,13 @@ class InfiniGramDrafter:
         return b
 
     # ------------------------------------------------------------ pieces
+
+    def _ctor_options(self) -> dict:
+        """The arguments that shape the C calls' drafts (sent to a server for a remote index)."""
+        return {"max_draft": self.max_draft, "min_match": self.min_match, "match_ratio": self.match_ratio,
+                "min_count": self.min_count, "min_share": self.min_share, "min_joint": self.min_joint,
+                "prompt_lookup": self.prompt_lookup, "lookup_min_match": self.lookup_min_match,
+                "lookup_max_match": self.lookup_max_match, "source": self.source, "eos_token_id": self.eos_token_id}
 
     def cap_for(self, match_len: int, limit: Optional[int] = None) -> int:
         """Draft cap for a match of match_len tokens (and at most `limit`)."""
@@ -240,6 +250,8 @@ class InfiniGramDrafter:
         max_tokens = min(max_tokens, self.max_draft)
         if max_tokens <= 0 or state[0] <= 0:
             return _NONE
+        if self._remote:
+            return Draft(*self._remote.chain(state, max_tokens))
         st = np.ascontiguousarray(state, dtype=np.int64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
@@ -288,6 +300,25 @@ class InfiniGramDrafter:
               caps: tuple = (-1, -1)) -> Draft:
         """One C call: advance `state` (in place) through the last n_new ids of seq, then draft
         (caps: the adaptive caps of the ∞-gram and lookup drafts, -1 = none)."""
+        n, out, cnt, tot, match, src_code = (self._remote.step(seq, state, n_new, limit, caps) if self._remote
+                                             else self._step_raw(seq, state, n_new, limit, caps))
+        if not count:
+            return _NONE
+        src = "none" if not n else "infgram" if src_code == lib.IG_DRAFT_INFGRAM else "lookup"
+        with self._stats_lock:
+            self.stats["drafts"] += 1
+            self.stats["tokens"] += n
+            self.stats[src] += 1
+        if not n:
+            return _NONE
+        if src == "lookup":
+            return Draft(out[:n].copy(), src, match)
+        return Draft(out[:n].copy(), src, match, cnt[:n].copy(), tot[:n].copy())
+
+    def _step_raw(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int,
+                  caps: tuple) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """`ig_draft_step` itself: (n, tokens, counts, totals, match length, source code); the
+        arrays are this thread's buffers (copy what is kept)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
         st = ptr(state, "int64_t") if state is not None else ffi.NULL
         b = self._scratch()
@@ -299,19 +330,7 @@ class InfiniGramDrafter:
                                    ptr(b.tot, "uint64_t"), b.n, b.match, b.src, b.err,
                                    len(b.err))
         check(rc, b.err)
-        n = int(b.n[0])
-        if not count:
-            return _NONE
-        src = "none" if not n else "infgram" if b.src[0] == lib.IG_DRAFT_INFGRAM else "lookup"
-        with self._stats_lock:
-            self.stats["drafts"] += 1
-            self.stats["tokens"] += n
-            self.stats[src] += 1
-        if not n:
-            return _NONE
-        if src == "lookup":
-            return Draft(b.out[:n].copy(), src, int(b.match[0]))
-        return Draft(b.out[:n].copy(), src, int(b.match[0]), b.cnt[:n].copy(), b.tot[:n].copy())
+        return int(b.n[0]), b.out, b.cnt, b.tot, int(b.match[0]), int(b.src[0])
 
     # ------------------------------------------------------------ decoding loops
 
@@ -428,6 +447,8 @@ class InfiniGramDrafter:
         """The k most frequent next tokens of a state's matched suffix: (tokens, counts, child
         states (k, state size), total occurrences of the suffix)."""
         k = int_arg("k", k, 0, MAX_TREE_WIDTH)
+        if self._remote:
+            return self._remote.children(state, k)
         st = np.ascontiguousarray(state, dtype=np.int64)
         toks = np.zeros(max(k, 1), dtype=np.uint32)
         cnts = np.zeros(max(k, 1), dtype=np.uint64)
@@ -469,6 +490,9 @@ class InfiniGramDrafter:
         node's probability being the product of ∞-gram shares along its path."""
         width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
         max_depth = int_arg("max_depth", max_depth, 0)
+        if self._remote:
+            return DraftTree(*self._remote.tree(state, max_nodes=max_nodes, max_depth=max_depth, width=width,
+                                                min_prob=min_prob))
         st = np.ascontiguousarray(state, dtype=np.int64)
         toks = np.zeros(max(max_nodes, 1), dtype=np.int64)
         par = np.zeros(max(max_nodes, 1), dtype=np.int64)

@@ -35,7 +35,7 @@ from .._core import tokenization as tk
 from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.ids import as_ids
-from ..index import InfiniGramIndex
+from ..index import InfiniGramIndex, is_index
 from ..index.results import TokenProbs
 from .generation import sample_continuation
 from .smoothing import SmoothingParams
@@ -92,19 +92,25 @@ class InfiniGramLM:
                  max_context: int = 100, cache_entries: int = 0):
         max_context = int_arg("max_context", max_context, 0, MAX_CONTEXT)
         cache_entries = int_arg("cache_entries", cache_entries, 0, MAX_CACHE_ENTRIES)
-        if not isinstance(index, InfiniGramIndex):
+        if not is_index(index):
             index = InfiniGramIndex.open(index)
         self.index = index
         self.tokenizer = tk.index_tokenizer(index, tokenizer)
         self.max_context = int(max_context)
         self._lock = threading.Lock()
+        self._estimated: Dict[Optional[int], SmoothingParams] = {}
+        self._coc: Optional[Tuple[int, np.ndarray, np.ndarray, np.ndarray]] = None
+        # Over a RemoteIndex, score() and distribution() (so perplexity() too) run on the server
+        # with the server's own max_context; the other methods need the index in this process.
+        self._remote = bool(getattr(index, "is_remote", False))
+        if self._remote:
+            self._lm = None
+            return
         out = ffi.new("ig_lm **")
         err = err_buffer()
         with index.native_handle() as ix:
             check(lib.ig_lm_new(out, ix, self.max_context, int(cache_entries), err, len(err)), err)
         self._lm = ffi.gc(out[0], lib.ig_lm_free)
-        self._estimated: Dict[Optional[int], SmoothingParams] = {}
-        self._coc: Optional[Tuple[int, np.ndarray, np.ndarray, np.ndarray]] = None
 
     def __repr__(self) -> str:
         return f"InfiniGramLM({self.index!r}, max_context={self.max_context})"
@@ -182,6 +188,9 @@ class InfiniGramLM:
         q = self.encode(ids)
         if method == "backoff":
             opts.setdefault("floor", 1e-10)
+        if self._remote:
+            a = self.index.call("lm_score", {"method": method, "options": opts}, {"ids": q})[1]
+            return LMScoreResult(probs=a["probs"], suffix_len=a["suffix_len"], sparse=a["sparse"].astype(bool))
         cfg, keep = self._config(method, **opts)
         n = len(q)
         probs = np.zeros(n)
@@ -221,6 +230,8 @@ class InfiniGramLM:
         """Dense next-token distribution after `context`: vocab_size + 1 probabilities, the last
         one being end of document (0 unless eod=True). Sums to 1."""
         q = self.encode(context)
+        if self._remote:
+            return np.array(self.index.call("lm_distribution", {"method": method, "options": opts}, {"ids": q})[1]["probs"])
         cfg, keep = self._config(method, **opts)
         out = np.zeros(self.vocab_size + 1)
         err = err_buffer()
