@@ -127,6 +127,14 @@ class Creativity:
     def rs(self) -> np.ndarray:
         return np.arange(len(self.match_len), dtype=np.int64) + self.match_len
 
+    @property
+    def copy_len(self) -> np.ndarray:
+        """Per token i: the longest corpus match ending at i (inclusive), i.e. how long the
+        verbatim copy is that token i extends (the start of the match ending at j is the first l
+        with rs[l] >= j: rs never decreases)."""
+        j = np.arange(1, len(self.match_len) + 1)
+        return j - np.searchsorted(self.rs, j, side="left")
+
     def covered(self, n: int) -> np.ndarray:
         """Bool per token: inside some corpus match of at least n tokens."""
         n = int_arg("n", n, 1)
