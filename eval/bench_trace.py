@@ -21,7 +21,9 @@ Figures:
       attribute: min_len 8, max_count 1000, no delimiters or word rule; ours with every occurrence
         resolved to (document, offset) (max_docs=1000, no text window) vs official
         `attribute(input_ids, [], 8, 1000, False)` (its (shard, pointer) of every occurrence).
-  exactness: every answer compared (spans: start, end, count; creativity: rs).
+  exactness: every answer compared (spans: start, end, count; creativity: rs);
+  generated text: the share of generated tokens in verbatim spans, a GPT-2 alone, with the
+    processor, and with the processor's memorisation guard (see samples()).
 Results: eval/results/trace_bench.json; markdown on stdout for eval/RESULTS.md.
 """
 from __future__ import annotations
@@ -164,6 +166,41 @@ def compare(kind: str, texts: List[List[int]], ours: list, theirs: list) -> Dict
     return {"texts_equal": same, "texts_different": diff, "different_where_official_misses_smallest_id": diff_rank0}
 
 
+def samples(ix: Any, texts: List[List[int]], n_prompts: int, new_tokens: int) -> Dict[str, Any]:
+    """Generated text traced back: a GPT-2 alone, with the ∞-gram processor, and with the
+    processor and the memorisation guard (max_copy_len=16); share of generated tokens inside a
+    verbatim corpus span of >= 8 / 16 / 32 tokens (spans inside the generated part)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from infinigram_hf import InfiniGramLogitsProcessor
+
+    tok = corpora.load_tokenizer()
+    torch.manual_seed(0)
+    # An untrained GPT-2 (random weights) stands in for the eval GPT-2 (eval/train_gpt2.py), which
+    # could not be trained on this loaded machine in time: the neural part is noise here.
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=64, n_layer=2, n_head=2,
+                                       bos_token_id=corpora.EOS_TOKEN_ID, eos_token_id=corpora.EOS_TOKEN_ID)).eval()
+    prompts = torch.tensor([t[:32] for t in texts[:n_prompts]])
+    settings = {"model alone": None,
+                "with the processor": dict(lambda_sparse=0.9, lambda_dense=0.5),
+                "processor + guard (max_copy_len=16)": dict(lambda_sparse=0.9, lambda_dense=0.5, max_copy_len=16)}
+    out: Dict[str, Any] = {"prompts": len(prompts), "new_tokens": new_tokens, "model": "untrained GPT-2 2x64",
+                           "sampling": "do_sample, top_k=50, seed 0"}
+    for name, kw in settings.items():
+        procs = [InfiniGramLogitsProcessor(ix, tokenizer=tok, **kw)] if kw else []
+        torch.manual_seed(0)
+        gen = model.generate(prompts, attention_mask=torch.ones_like(prompts), logits_processor=procs,
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=50,
+                             pad_token_id=corpora.EOS_TOKEN_ID)[:, prompts.shape[1]:].tolist()
+        cre = ix.creativity_batch(gen, n_threads=1)
+        total = sum(len(g) for g in gen)
+        out[name] = {str(k): round(sum(int(c.covered(k).sum()) for c in cre) / total, 4) for k in SPAN_LENS}
+        out[name]["longest"] = max(int(c.match_len.max()) for c in cre)
+        log(f"samples, {name}: {out[name]}")
+    return out
+
+
 def markdown(res: Dict[str, Any]) -> str:
     cov = res["coverage"]
     lines = [f"Held-out stdlib files vs the stdlib.reference index ({cov['texts']} files, {cov['tokens']:,} tokens):",
@@ -184,6 +221,14 @@ def markdown(res: Dict[str, Any]) -> str:
                         f"({r['speedup_cpu']}x) | {eq['texts_equal']}/{eq['texts_equal'] + eq['texts_different']}"
                         f" (differing: {eq['different_where_official_misses_smallest_id']} explained by the "
                         f"official rank-0 miss) |" if o else "- | - | - |"))
+    if "samples" in res:
+        sm = res["samples"]
+        lines += ["", f"Generated text ({sm['prompts']} prompts of 32 held-out tokens, {sm['new_tokens']} new tokens each, "
+                  f"{sm['model']}, {sm['sampling']}): share of generated tokens in a verbatim span of",
+                  "", "| setting | >= 8 | >= 16 | >= 32 | longest span |", "|---|---|---|---|---|"]
+        for name in ("model alone", "with the processor", "processor + guard (max_copy_len=16)"):
+            r = sm[name]
+            lines.append(f"| {name} | {r['8']:.1%} | {r['16']:.1%} | {r['32']:.1%} | {r['longest']} |")
     return "\n".join(lines)
 
 
@@ -193,6 +238,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--prompts", type=int, default=8, help="generation prompts (0: no generation)")
+    ap.add_argument("--new-tokens", type=int, default=96)
     args = ap.parse_args()
     ix = our_index("stdlib.reference")
     peer = None if args.no_peer else load_official("stdlib.reference")
@@ -204,6 +251,8 @@ def main() -> None:
     plot_curve(res["coverage"]["creativity_curve"], PLOTS / "creativity_stdlib.png",
                f"held-out stdlib files vs stdlib.reference ({ix.num_tokens / 1e6:.1f}M tokens)")
     res["latency"] = latency(ix, peer, texts, args.rounds)
+    if args.prompts:
+        res["samples"] = samples(ix, texts, args.prompts, args.new_tokens)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "trace_bench.json").write_text(json.dumps(res, indent=1) + "\n")
     print(markdown(res))
