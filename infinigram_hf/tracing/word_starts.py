@@ -9,6 +9,8 @@ alphanumeric or "_" begins a word; UTF-8 continuation and lead bytes do not.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -25,6 +27,11 @@ def _starts_word(text: str) -> bool:
     return not (c.isalnum() or c == "_")
 
 
+# Masks already derived, per tokenizer object (decoding a 150k vocabulary takes a second or two).
+_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
 def word_start_ids(tokenizer: Any, vocab_size: Optional[int] = None) -> np.ndarray:
     """A bool mask over the vocabulary: True for the ids that begin a word (see the module doc).
 
@@ -38,6 +45,23 @@ def word_start_ids(tokenizer: Any, vocab_size: Optional[int] = None) -> np.ndarr
         b = np.arange(v)
         ascii_word = np.array([i < 128 and (chr(i).isalnum() or chr(i) == "_") for i in range(v)])
         return (b < 128) & ~ascii_word
+    try:
+        with _LOCK:
+            hit = _CACHE.get(tok, {}).get(v)
+    except TypeError:  # not weak-referenceable: no cache
+        hit = None
+    if hit is not None:
+        return hit.copy()
+    mask = _derive(tok, v)
+    try:
+        with _LOCK:
+            _CACHE.setdefault(tok, {})[v] = mask
+    except TypeError:
+        pass
+    return mask.copy()
+
+
+def _derive(tok: Any, v: int) -> np.ndarray:
     anchor = list(tok.encode("a", add_special_tokens=False))
     if not anchor:
         raise ValueError("word_start_ids: the tokenizer encodes 'a' as nothing; give word_starts= ids")
