@@ -103,3 +103,31 @@ def test_fixture_counts_are_reported(ours, capsys):
             same += [(s.start, s.end, s.count) for s in got.spans] == [(s["l"], s["r"], s["count"]) for s in run["spans"]]
     print(f"official parity: {same} of {total} attribute answers equal ({len(shards)} shards)")
     assert same >= 0.9 * total
+
+
+def test_recorded_answers_are_the_official_engines(tmp_path):
+    """Where infini-gram 2.6.0 is importable, the fixture's answers are re-derived live from it
+    (an official-layout index written by eval/official_attribution_fixtures.py's own code)."""
+    engine = pytest.importorskip("infini_gram.engine", reason="infini_gram (the official engine) is not installed")
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[2] / "eval" / "official_attribution_fixtures.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("official_attribution_fixtures", path)
+    fx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fx)
+    d = tmp_path / "idx"
+    d.mkdir()
+    fx.write_official(d, FIXTURE["shards"])
+    bow = tmp_path / "bow.txt"
+    bow.write_text("\n".join(map(str, FIXTURE["bow_ids"])) + "\n")
+    eng = engine.InfiniGramEngine(index_dir=str(d), eos_token_id=FIXTURE["eos_token_id"],
+                                  vocab_size=FIXTURE["vocab_size"], version=4, token_dtype="u16", ds_prefetch_depth=0,
+                                  sa_prefetch_depth=0, od_prefetch_depth=0, bow_ids_path=str(bow),
+                                  precompute_unigram_logprobs=True)
+    for case in FIXTURE["cases"][:10]:
+        assert list(eng.creativity(input_ids=case["input_ids"])["rs"]) == case["creativity"]
+        for run in case["attribute"]:
+            spans = eng.attribute(input_ids=case["input_ids"], **run["params"])["spans"]
+            assert [(s["l"], s["r"], s["count"]) for s in spans] == [(s["l"], s["r"], s["count"]) for s in run["spans"]]
