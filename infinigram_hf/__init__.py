@@ -24,6 +24,8 @@ _LAZY = {
     "speculative_generate": ".hf.speculative",
     "SpeculativeStats": ".hf.speculative",
     "InfiniGramCandidateGenerator": ".hf.assisted",
+    "trace": ".tracing",
+    "Trace": ".tracing",
 }
 
 
@@ -75,5 +77,7 @@ __all__ = [
     "EffectiveNBreakdown",
     "InfiniGramLM",
     "SmoothingParams",
+    "trace",
+    "Trace",
     "__version__",
 ]

@@ -16,11 +16,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .._core.args import int_arg
+from .._core.args import INT32_MAX, int_arg, opt_int_arg
 from .._core.ids import to_numpy
 from ..index import InfiniGramIndex, is_index
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
+from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -51,6 +52,13 @@ class InfiniGramLogitsProcessor(_Base):
         cache_size: next-token distributions kept per matched suffix (LRU). Contexts are cached
             by their token ids (`SuffixCache`): each generated token costs about one binary search,
             and draft prefixes that assisted decoding later rejects cannot corrupt anything.
+        max_copy_len: the memorisation guard (None = off): a next token that would make the end
+            of the context a verbatim corpus copy longer than this many tokens is masked to -inf
+            (`infinigram_hf.lm.copy_guard`). Works with any λ (λ = 0: the guard alone). When every
+            token of a row would be masked, the row falls back to the model's own distribution
+            under the mask; if the model too has nothing left, the row is left unguarded.
+        copy_report: record a `CopyStep` per call in `self.copy_steps` (per row: the longest
+            verbatim copy ending at the last token, and the number of tokens masked).
 
     Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
     no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
@@ -66,9 +74,11 @@ class InfiniGramLogitsProcessor(_Base):
                  lambda_dense: float = DEFAULT_LAMBDA_DENSE, *, min_effective_n: int = 1,
                  tokenizer: Any = None, pad_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
-                 cache_size: int = 4096):
+                 cache_size: int = 4096, max_copy_len: Optional[int] = None, copy_report: bool = False):
         if not is_index(index):
             raise ValueError(f"index must be an InfiniGramIndex or a RemoteIndex, got {type(index).__name__}")
+        if (max_copy_len is not None or copy_report) and not isinstance(index, InfiniGramIndex):
+            raise ValueError("max_copy_len and copy_report need a local InfiniGramIndex (not a RemoteIndex)")
         self.index = index
         self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
         self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")
@@ -86,6 +96,9 @@ class InfiniGramLogitsProcessor(_Base):
         if model_vocab_size is not None:
             check_model_vocab(index, int_arg("model_vocab_size", model_vocab_size, 1))
         self._checked_width = -1
+        self.max_copy_len = opt_int_arg("max_copy_len", max_copy_len, 1, INT32_MAX, "no guard")
+        self.copy_report = bool(copy_report)
+        self.copy_steps: list = []
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
 
@@ -125,6 +138,7 @@ class InfiniGramLogitsProcessor(_Base):
                 key, inv = np.unique(row_of * width + tok, return_inverse=True)
                 cnt = np.bincount(inv.reshape(-1), weights=cnt)
                 row_of, tok = key // width, key % width
+        self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
         lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
         active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
         lam = np.where(active, lam, 0.0)
@@ -147,9 +161,10 @@ class InfiniGramLogitsProcessor(_Base):
                 raise ValueError(f"eos_token_id {self.eos_token_id} is outside the model's {width} scores")
             self._checked_width = width
         logp = torch.log_softmax(scores.float(), dim=-1)
-        row_of, tok, logv, lam = self._p_inf(input_ids.detach().cpu().numpy(), width)
+        rows_np = input_ids.detach().cpu().numpy()
+        row_of, tok, logv, lam = self._p_inf(rows_np, width)
         if not len(row_of):
-            return logp.to(scores.dtype)
+            return self._guard(rows_np, scores, logp).to(scores.dtype)
         # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
         # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
         dev = logp.device
@@ -168,7 +183,25 @@ class InfiniGramLogitsProcessor(_Base):
         mixed = torch.logaddexp(neural + shift_t[r_idx], torch.from_numpy(logv).to(device=dev, dtype=logp.dtype))
         # Tokens an earlier processor forbade (-inf) stay forbidden.
         logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
-        return logp.to(scores.dtype)
+        return self._guard(rows_np, scores, logp).to(scores.dtype)
+
+    def _guard(self, rows_np: np.ndarray, scores: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+        """The memorisation guard and the copy report (see max_copy_len, copy_report)."""
+        masked = np.zeros(len(rows_np), dtype=np.int64)
+        if self.max_copy_len is not None:
+            r, t = forbidden_next(self.index, rows_np, self.context_starts(rows_np), self.max_copy_len)
+            if len(r):
+                masked = np.bincount(r, minlength=len(rows_np))
+                ri, ti = torch.from_numpy(r).to(logp.device), torch.from_numpy(t).to(logp.device)
+                before = logp.clone()
+                logp[ri, ti] = float("-inf")
+                for i in torch.nonzero(torch.isneginf(logp).all(dim=-1)).flatten().tolist():
+                    own = torch.log_softmax(scores[i].float(), dim=-1)  # P_∞ had only copies left
+                    own[ti[ri == i]] = float("-inf")
+                    logp[i] = before[i] if torch.isneginf(own).all() else own
+        if self.copy_report:
+            self.copy_steps.append(CopyStep(np.asarray(self._copy_len, dtype=np.int64).copy(), masked))
+        return logp
 
 
 def _opt_id(value: Any, name: str) -> Optional[int]:

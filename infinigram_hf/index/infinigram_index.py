@@ -20,12 +20,13 @@ from .._core.index_files import IndexDir
 from .._core.errors import IndexFormatError, InfiniGramError
 from .._core.ids import as_ids, as_token
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from . import batch, search
+from . import attribution, batch, search
 from .difference import DifferenceIndex
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 from .states import SuffixCache
 
 if TYPE_CHECKING:
+    from .attribution import Attribution, Creativity
     from .results import BatchNextTokenDistributions, BatchProbResult, BatchScoreResult
     from .search import SearchResult
 
@@ -433,6 +434,34 @@ class InfiniGramIndex:
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
         exactly); see `infinigram_hf.index.batch.score_batch`."""
         return batch.score_batch(self, sequences, **kw)
+
+    # ------------------------------------------------------------ tracing texts to the corpus
+
+    def attribute(self, ids: Any, *, min_len: int = 1, max_count: Optional[int] = None, delimiters: Any = None,
+                  word_starts: Any = None, max_docs: int = 10, context: Optional[int] = 16) -> "Attribution":
+        """The verbatim spans `ids` shares with the corpus, with counts, unigram log-probability
+        sums and documents; see `infinigram_hf.index.attribution.attribute_batch` for the arguments.
+
+        Example:
+            >>> a = index.attribute(ids, min_len=4, max_count=1000)          # doctest: +SKIP
+            >>> [(s.start, s.end, s.count, s.docs[0].doc_id) for s in a.ranked()]  # doctest: +SKIP
+        """
+        return attribution.attribute_batch(self, [as_ids(ids)], min_len=min_len, max_count=max_count,
+                                           delimiters=delimiters, word_starts=word_starts, max_docs=max_docs,
+                                           context=context, n_threads=1)[0]
+
+    def attribute_batch(self, texts: Any, **kw: Any) -> "list[Attribution]":
+        """`attribute` for a batch of texts in one C call (threads across texts)."""
+        return attribution.attribute_batch(self, texts, **kw)
+
+    def creativity(self, ids: Any) -> "Creativity":
+        """The longest corpus match at every position of `ids` (`.match_len`, `.rs`) and the
+        creativity index (`.index(n)`: share of tokens in no corpus span of n tokens or more)."""
+        return attribution.creativity_batch(self, [as_ids(ids)], n_threads=1)[0]
+
+    def creativity_batch(self, texts: Any, **kw: Any) -> "list[Creativity]":
+        """`creativity` for a batch of texts in one C call (threads across texts)."""
+        return attribution.creativity_batch(self, texts, **kw)
 
     # ------------------------------------------------------------ documents
 

@@ -245,6 +245,13 @@ class InfiniGramDrafter:
         """The decoding state (suffix_len, count, ranges) of the sequence's ∞-gram context."""
         return self.cache.state(self.context(ids)).values
 
+    def copy_len(self, ids: Any) -> int:
+        """How much of the sequence's end is a verbatim corpus copy: the longest corpus match
+        ending at its last token (since its last document boundary). A draft of k ∞-gram tokens
+        would make it copy_len + k; call it per step for a copy report."""
+        seq = ids if isinstance(ids, np.ndarray) and ids.dtype == np.int64 else as_i64_ids(ids)
+        return int(self.infgram_state(seq)[0])
+
     def infgram_chain(self, state: np.ndarray, max_tokens: int) -> Draft:
         """Greedy ∞-gram draft of at most max_tokens from a decoding state (thresholds applied)."""
         max_tokens = min(max_tokens, self.max_draft)

@@ -18,6 +18,8 @@
  *   infinigram_search.h  document search                 ig_search_docs, ig_doc_spans
  *   infinigram_diff.h    one index minus another         ig_diff_*
  *   infinigram_lm.h      the standalone LM's hot loops   ig_lm_*
+ *   infinigram_trace.h   tracing texts to the corpus     ig_creativity_batch, ig_attribute_batch,
+ *                        (creativity, attribution)       ig_locate_ranges, ig_doc_window
  *
  * Next-token distributions have three doors: ig_ntd (one context, fixed n, caller buffers),
  * ig_ntd_batch_run (many queries, fixed n or ∞-gram) and ig_ntd_batch_states (many decoding
@@ -44,7 +46,7 @@ extern "C" {
 /* The version of this API: raised whenever a declaration or a constant of these headers
    changes, so that a program (the Python package included) can refuse a core built from other
    headers. ig_api_version() is the IG_API_VERSION the library was compiled with. */
-#define IG_API_VERSION 1
+#define IG_API_VERSION 2
 int ig_api_version(void);
 
 #define IG_OK 0
@@ -89,5 +91,6 @@ typedef struct {
 #include "infinigram_search.h"
 #include "infinigram_diff.h"
 #include "infinigram_lm.h"
+#include "infinigram_trace.h"
 
 #endif /* INFINIGRAM_H */

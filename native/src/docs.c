@@ -58,3 +58,24 @@ int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_
     for (int64_t i = 0; i < n; i++) out[i] = ig_tok(s, ix->token_width, a + i);
     return IG_OK;
 }
+
+int ig_doc_window(const ig_index *ix, int shard, int64_t doc, int64_t begin, int64_t end, uint32_t *out,
+                  int64_t cap, int64_t *begin_out, int64_t *len_out, char *err, size_t errlen) {
+    int rc = check_shard(ix, shard, err, errlen);
+    if (rc) return rc;
+    const ig_shard *s = &ix->shards[shard];
+    if (doc < 0 || doc >= s->num_docs)
+        return ig_fail(err, errlen, IG_ERR_ARG, "document %lld out of range (shard has %lld)",
+                       (long long)doc, (long long)s->num_docs);
+    if (!begin_out || !len_out || (cap > 0 && !out)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
+    int64_t a = doc_start(s, doc), b = doc_start(s, doc + 1) - 1; /* drop the separator */
+    int64_t n = b > a ? b - a : 0;
+    if (begin < 0) begin = 0;
+    if (end > n) end = n;
+    if (begin > end) begin = end;
+    *begin_out = begin;
+    *len_out = end - begin;
+    if (end - begin > cap) return ig_fail(err, errlen, IG_ERR_CAPACITY, "window has %lld tokens", (long long)(end - begin));
+    for (int64_t i = begin; i < end; i++) out[i - begin] = ig_tok(s, ix->token_width, a + i);
+    return IG_OK;
+}
