@@ -125,7 +125,8 @@ def build_index(
         done = [0]
 
         def submit(plan: shards.ShardPlan) -> None:
-            opts = dict(name=f"infinigram-shard-{plan.number:05d}", num_cpus=shard_cpus, max_retries=max_retries)
+            opts = dict(name=f"infinigram-shard-{plan.number:05d}", num_cpus=shard_cpus, max_retries=max_retries,
+                        scheduling_strategy="SPREAD")
             marker = kill_marker if kill_marker is not None and plan.number == kill_shard else None
             ref = shard_task.options(**opts).remote(str(tmp), plan.number, width, int(vocab_size), ntd_cache_min_cost,
                                                     has_meta, plan.ranges, marker, *plan.blocks)
@@ -160,11 +161,13 @@ def build_index(
         except ray.exceptions.RayTaskError as exc:  # a shard's own error, as it was raised: nothing is published
             cause = getattr(exc, "cause", None)
             raise (cause if isinstance(cause, BaseException) else exc) from None
+        stats = [e.pop("_stats") for e in entries]
         shards.remove_parts(tmp)
         meta = index_meta(tok, int(vocab_size), width, entries, {
             "memory_budget": budget, "max_shard_len": shard_cap, "text_column": text_column,
             "metadata_columns": list(metadata_columns), "seconds": round(time.time() - started, 3),
-            "ray": {"shard_tokens": shard_tokens, "nodes": len([n for n in ray.nodes() if n.get("Alive")])},
+            "ray": {"shard_tokens": shard_tokens, "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
+                    "shard_stats": stats},
         })
         if save_tokenizer and tok is not None and hasattr(tok, "save_pretrained"):
             tok.save_pretrained(str(tmp / "tokenizer"))

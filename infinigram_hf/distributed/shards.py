@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,7 @@ def build_shard(build_dir: str, number: int, width: int, vocab_size: int, ntd_ca
     body of the Ray task); returns its meta.json entry."""
     import pyarrow as pa
 
+    started = time.perf_counter()
     name = fmt.shard_dir_name(number)
     part = Path(build_dir) / f"{PART_PREFIX}{name}{PART_INFIX}{uuid.uuid4().hex[:8]}"
     writer = ShardWriter(part, width, vocab_size, ntd_cache_min_cost=ntd_cache_min_cost)
@@ -136,7 +138,21 @@ def build_shard(build_dir: str, number: int, width: int, vocab_size: int, ntd_ca
         shutil.rmtree(part, ignore_errors=True)
         raise
     entry["dir"] = name
+    import resource
+
+    entry["_stats"] = {"shard": number, "seconds": round(time.perf_counter() - started, 3),
+                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                       "node": _node_ip(), "pid": os.getpid()}
     return entry
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # (outside Ray)
+        return "?"
 
 
 def _ids_and_offsets(col: Any, dtype: np.dtype) -> Tuple[np.ndarray, np.ndarray]:
