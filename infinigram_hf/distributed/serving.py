@@ -123,6 +123,13 @@ class _RouterCache:
     def ntd_batch(self, contexts: Any, **kw: Any) -> BatchNextTokenDistributions:
         return self.router.infgram_ntd_batch(contexts, **kw)
 
+    def prob_batch(self, contexts: Any, tokens: Any, **kw: Any) -> BatchProbResult:
+        return self.router.infgram_prob_batch(contexts, tokens, **kw)
+
+    def states(self, *args: Any, **kw: Any) -> Any:
+        raise NotImplementedError("decoding states hold per-shard suffix-array ranges of one process; "
+                                  "over shard groups use ntd_batch / prob_batch")
+
     def clear(self) -> None:
         pass
 
@@ -258,6 +265,10 @@ class ShardRouter:
     @property
     def vocab_fingerprint(self) -> Optional[str]:
         return self.meta.get("vocab_fingerprint")
+
+    @property
+    def metas(self) -> list[dict]:
+        return [self.meta]
 
     @property
     def closed(self) -> bool:
