@@ -33,14 +33,15 @@ def ray_runtime():
 
 
 @pytest.fixture(scope="module")
-def routed_url(ray_runtime, tiny_tok, tmp_path_factory):
+def routed_url(ray_runtime, tiny_tok, tiny_index, tmp_path_factory):
     """The TEXTS built on Ray in several shards, two shard groups, served over loopback HTTP."""
     import socket
 
     from infinigram_hf.serve.app import build_app
 
     out = tmp_path_factory.mktemp("rayhttp") / f"ix-{uuid.uuid4().hex[:6]}"
-    with build_index(TEXTS, out, tokenizer=tiny_tok, shard_tokens=2000, progress=False) as built:
+    longest = max(len(tiny_index.get_doc(i).token_ids) for i in range(tiny_index.num_docs))
+    with build_index(TEXTS, out, tokenizer=tiny_tok, shard_tokens=longest + 1, progress=False) as built:
         assert built.num_shards >= 2
     router = ShardRouter.start(out, groups=2, num_cpus=0.1)
     with socket.socket() as s:
