@@ -138,12 +138,24 @@ def build_shard(build_dir: str, number: int, width: int, vocab_size: int, ntd_ca
         shutil.rmtree(part, ignore_errors=True)
         raise
     entry["dir"] = name
-    import resource
-
     entry["_stats"] = {"shard": number, "seconds": round(time.perf_counter() - started, 3),
-                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                       "peak_rss_bytes": peak_rss(),
                        "node": _node_ip(), "pid": os.getpid()}
     return entry
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited across exec;
+    a Ray worker runs many tasks, so this is the worker's peak so far)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _node_ip() -> str:
