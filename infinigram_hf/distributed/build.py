@@ -29,6 +29,7 @@ import numpy as np
 from .._core import format as fmt
 from .._core import tokenization as tk
 from ..build.pipeline import _check_count, index_meta, max_shard_len, parse_size
+from ..build.sources import source_paths
 from ..build.publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from ..index import InfiniGramIndex
 from . import reading, shards
@@ -84,7 +85,7 @@ def build_index(
         vocab_size = _check_count("vocab_size", vocab_size, 1)
     budget = parse_size(memory_budget)
     out = resolve_out_dir(out_dir)
-    paths = reading.expand_sources(source) if reading.is_paths(source) else []
+    paths = reading.expand_sources(source) if reading.is_paths(source) else source_paths(source)
     check_out_dir(out, overwrite=overwrite, sources=paths)
     clean_stale_builds(out)
     check_out_dir(out, overwrite=overwrite)
@@ -197,5 +198,5 @@ def _length(source: Any) -> Optional[int]:
         return None
     try:
         return len(source)
-    except TypeError:
+    except (TypeError, AttributeError):  # (a ray.data.Dataset refuses len(): counting would run it)
         return None

@@ -80,6 +80,21 @@ def test_text_files_with_metadata_and_a_shipped_tokenizer(scratch_dir, bpe_token
         assert (Path(a.paths[0]) / "tokenizer").is_dir()
 
 
+def test_datasets_and_ray_datasets_as_sources(scratch_dir):
+    datasets = pytest.importorskip("datasets")
+    texts = [f"doc {i} " + "ab" * (i % 7) for i in range(50)]
+    ds = datasets.Dataset.from_dict({"text": texts, "id": list(range(50))})
+    want = single_build(ds, _out(scratch_dir), metadata_columns=["id"], progress=False)
+    got_hf = build_index(ds, _out(scratch_dir), metadata_columns=["id"], shard_tokens=200, progress=False)
+    got_ray = build_index(ray.data.from_items([{"text": t, "id": i} for i, t in enumerate(texts)]),
+                          _out(scratch_dir), metadata_columns=["id"], shard_tokens=300, progress=False)
+    with want, got_hf, got_ray:
+        for got in (got_hf, got_ray):
+            assert got.num_shards > 1
+            qs = [list(b"ab"), list(b"doc 1"), list(b" "), list(b"bab")]
+            assert_same_answers(got, want, qs, sorted(set(b"abdoc ")), docs=range(0, 50, 7))
+
+
 def test_a_killed_worker_is_retried_and_the_index_is_exact(scratch_dir):
     docs = [[i % VOCAB, (i * 7) % VOCAB, 1] * (1 + i % 5) for i in range(60)]
     marker = scratch_dir / f"killed-{uuid.uuid4().hex[:6]}"
@@ -154,3 +169,18 @@ def test_deadline_and_missing_group_raise_rather_than_answer_from_fewer_shards(s
         ray.kill(r._actors[0])
         with pytest.raises(ShardGroupUnavailable, match="shard group 0"):
             r.infgram_ntd([1])
+
+
+def test_cli_build_with_ray(scratch_dir):
+    from infinigram_hf.cli import main
+
+    corpus = scratch_dir / f"cli-{uuid.uuid4().hex[:6]}"
+    corpus.mkdir()
+    for i in range(6):
+        (corpus / f"f{i}.txt").write_text(f"int main{i}(void) {{ return {i}; }}\n" * (i + 1))
+    out = _out(scratch_dir)
+    assert main(["build", str(corpus), "-o", str(out), "-q", "--max-shard-tokens", "400", "--ray"]) == 0
+    with InfiniGramIndex.open(out) as got, single_build(corpus, _out(scratch_dir), progress=False) as want:
+        assert got.num_shards > 1
+        assert_same_answers(got, want, [list(b"main"), list(b"return"), list(b"; }")], sorted(set(b"main;")),
+                            docs=range(6))
