@@ -1,9 +1,10 @@
 # The two set-up commands of the README, plus helpers for working on the package.
 #
 #   make demo         .venv-demo: torch (CPU), the package; runs python -m infinigram_hf.demo
+#   make venv-ray     adds the [ray] extra to .venv-test, so `make test` runs tests/distributed too
 #   make test         .venv-test: torch (CPU), the package with [test]; checks the layer contracts
 #                     (lint-imports, pyproject.toml's [tool.importlinter]), then runs the test suite
-#   make ci           what CI runs (.ci/run): make test, then native-test, fuzz (fixed seeds) and
+#   make ci           what CI runs (.ci/run): venv-ray, make test, then native-test, fuzz (fixed seeds) and
 #                     sanitize (the whole suite under ASan + UBSan)
 #   make native       rebuild the C core in place (into .venv-test's editable install)
 #   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
@@ -36,7 +37,7 @@ FUZZ_SECONDS ?= 1800
 SOAK_SECONDS ?= 60
 PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
 
-.PHONY: demo test ci native sdist-check clean venv-demo venv-test native-test sanitize fuzz fuzz-long fuzz-deps soak
+.PHONY: demo test ci native sdist-check clean venv-demo venv-test venv-ray native-test sanitize fuzz fuzz-long fuzz-deps soak
 .PRECIOUS: %/.venv-ready
 
 # A venv is made once; its marker file records that pip and torch are in.
@@ -51,6 +52,10 @@ venv-demo: $(DEMO_VENV)/.venv-ready
 
 venv-test: $(TEST_VENV)/.venv-ready
 	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e ".[test]"
+
+# The [ray] extra in the test venv: `make test` then runs tests/distributed (skipped without it).
+venv-ray: venv-test
+	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e ".[test,ray]"
 
 demo: venv-demo
 	$(DEMO_VENV)/bin/python -m infinigram_hf.demo $(DEMO_ARGS)
@@ -96,7 +101,7 @@ export SDIST_SMOKE
 # (fixed seeds and execution counts: a gate that fails on the change, never on chance; libFuzzer
 # with clang, else the gcc driver), then the whole suite again against the sanitized core.
 # Under 20 minutes on 2 cores (RELIABILITY.md has the measured parts).
-ci: test native-test fuzz sanitize
+ci: venv-ray test native-test fuzz sanitize
 
 native-test:
 	native/tests/run.sh

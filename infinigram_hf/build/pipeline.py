@@ -294,28 +294,13 @@ def build_index(
         if feeder.writer.num_docs or not shards:
             close_shard(feeder.writer, feeder.metawriter)
         feeder = None
-        meta = {
-            "format": fmt.FORMAT_NAME,
-            "format_version": fmt.FORMAT_VERSION,
-            "tokenizer_name": tk.tokenizer_name(tok) if tok is not None else None,
-            "vocab_fingerprint": tk.vocab_fingerprint(tok) if tok is not None else None,
-            "eos_token_id": tk.eos_token_id(tok) if tok is not None else None,
-            "vocab_size": int(vocab_size),
-            "token_width": width,
-            "separator_id": fmt.separator_for(width),
-            "num_tokens": sum(s["num_tokens"] for s in shards),
-            "num_docs": sum(s["num_docs"] for s in shards),
-            "shards": shards,
-            "build": {
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "memory_budget": budget,
-                "max_shard_len": shard_cap,
-                "text_column": text_column,
-                "metadata_columns": list(metadata_columns),
-                "seconds": round(time.time() - started, 3),
-                "infinigram_hf_version": _version(),
-            },
-        }
+        meta = index_meta(tok, int(vocab_size), width, shards, {
+            "memory_budget": budget,
+            "max_shard_len": shard_cap,
+            "text_column": text_column,
+            "metadata_columns": list(metadata_columns),
+            "seconds": round(time.time() - started, 3),
+        })
         if save_tokenizer and tok is not None and hasattr(tok, "save_pretrained"):
             tok.save_pretrained(str(tmp / "tokenizer"))
         fmt.write_meta(tmp, meta)
@@ -332,6 +317,26 @@ def build_index(
         if tokenized is not None:
             tokenized.close()
     return InfiniGramIndex.open(out)
+
+
+def index_meta(tok: Any, vocab_size: int, width: int, shards: List[dict], build: dict) -> dict:
+    """meta.json of an index made of `shards` (their entries in order); `build` says how it was
+    built (the creation time and the package version are added). Shared with the distributed build."""
+    return {
+        "format": fmt.FORMAT_NAME,
+        "format_version": fmt.FORMAT_VERSION,
+        "tokenizer_name": tk.tokenizer_name(tok) if tok is not None else None,
+        "vocab_fingerprint": tk.vocab_fingerprint(tok) if tok is not None else None,
+        "eos_token_id": tk.eos_token_id(tok) if tok is not None else None,
+        "vocab_size": int(vocab_size),
+        "token_width": width,
+        "separator_id": fmt.separator_for(width),
+        "num_tokens": sum(s["num_tokens"] for s in shards),
+        "num_docs": sum(s["num_docs"] for s in shards),
+        "shards": shards,
+        "build": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  **build, "infinigram_hf_version": _version()},
+    }
 
 
 def _is_file_source(source: Any) -> bool:

@@ -44,6 +44,10 @@ def add_build(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=1000, help="documents per batch (default 1000)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index at --out")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="build on a Ray cluster: tokenize and build shards as Ray tasks (ADDRESS: 'auto', "
+                        "HOST:PORT, or none for a local Ray runtime); --max-shard-tokens is the shard size. "
+                        "Needs the [ray] extra")
     p.set_defaults(func=run_build)
 
 
@@ -130,12 +134,17 @@ def run_build(args: argparse.Namespace) -> int:
     # For token ids, --tokenizer (if not bytes) only names the ids' tokenizer for later queries.
     tokenizer = _cli_tokenizer(args.tokenizer)
     t0 = time.perf_counter()
-    index = build_index(
-        source, out, tokenizer=tokenizer, vocab_size=args.vocab_size,
-        text_column=args.text_column, metadata_columns=parse_columns(args.metadata_columns),
-        memory_budget=args.memory_budget, max_shard_tokens=args.max_shard_tokens,
-        batch_size=args.batch_size, num_proc=args.num_proc, overwrite=args.overwrite,
-        progress=not args.quiet)
+    if args.ray is not None:
+        from .ray_build import build_on_ray
+
+        index = build_on_ray(args, source, tokenizer)
+    else:
+        index = build_index(
+            source, out, tokenizer=tokenizer, vocab_size=args.vocab_size,
+            text_column=args.text_column, metadata_columns=parse_columns(args.metadata_columns),
+            memory_budget=args.memory_budget, max_shard_tokens=args.max_shard_tokens,
+            batch_size=args.batch_size, num_proc=args.num_proc, overwrite=args.overwrite,
+            progress=not args.quiet)
     seconds = time.perf_counter() - t0
     with index:
         if not args.quiet:
