@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 from .._core import format as fmt
+from .._core import official
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
@@ -115,21 +116,31 @@ class InfiniGramIndex:
             # shard directories opened inside the index directory's descriptor, without following
             # links; the C core opens their files the same way (native/src/files.c)
             shards = [stack.enter_context(r.subdir(s["dir"])) for r, m in zip(roots, metas) for s in m["shards"]]
+            # official shards (read in place) are named by their files' suffix inside their directory
+            suffixes = [s.get("suffix") for m in metas for s in m["shards"]]
+            official_meta = [bool(m.get("official")) for m in metas for _ in m["shards"]]
             self._shard_dirs = [d.path for d in shards]
             names = [ffi.new("char[]", os.fsencode(d.path)) for d in shards]
+            sfx = [ffi.new("char[]", x.encode()) if x is not None else ffi.NULL for x in suffixes]
             out = ffi.new("ig_index **")
             err = err_buffer()
-            check(lib.ig_open_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
-                                 len(shards), err, len(err)), err)
+            check(lib.ig_open_mixed_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
+                                       ffi.new("char *[]", sfx), len(shards), int(self.meta["token_width"] or 0)
+                                       if any(official_meta) else 0,
+                                       int(self.meta["vocab_size"] or 0) if any(official_meta) else 0,
+                                       err, len(err)), err)
             raw, docmeta = out[0], []
             try:
                 info = ffi.new("ig_info *")
                 lib.ig_get_info(raw, info)
                 self._info = info
-                self._check_against_meta()
                 docs = [_shard_sizes(raw, i)[2] for i in range(len(shards))]
-                for d, n in zip(shards, docs):
-                    docmeta.append(fmt.DocMetadata(d, n))
+                self._fill_official_sizes(raw, metas)
+                self._check_against_meta()
+                for d, n, x, m in zip(shards, docs, suffixes,
+                                      [m for m in metas for _ in m["shards"]]):
+                    docmeta.append(fmt.DocMetadata(d, n) if x is None else
+                                   official.OfficialMetadata(d, x, n, bool(m["official"]["metadata"])))
             except BaseException:  # nothing of a failed open stays open (1,000 failures leaked 1,000 fds)
                 for d in docmeta:
                     d.close()
@@ -147,13 +158,24 @@ class InfiniGramIndex:
     @classmethod
     def open(cls, path: Union[PathLike, Sequence[PathLike]],
              subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
-             verify: bool = False) -> "Union[InfiniGramIndex, DifferenceIndex]":
+             verify: bool = False, vocab_size: Optional[int] = None, eos_token_id: Optional[int] = None,
+             tokenizer: Any = None, token_width: Optional[int] = None) -> "Union[InfiniGramIndex, DifferenceIndex]":
         """Open an index directory, or a list of them as one index whose counts add up.
 
         With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
         answering as an index built without those documents (see infinigram_hf.index.difference;
         `verify=True` also spot-checks the subset property).
+
+        A directory in the official infini-gram layout (``tokenized.0``, ``table.0``,
+        ``offset.0``, ...; no meta.json) is served in place, read-only. Its files do not hold
+        the vocabulary, so pass `vocab_size` (or a `tokenizer`, whose length and eos id are
+        taken), and `eos_token_id` if documents end with one; `token_width` (1, 2, 4 bytes:
+        the official ``token_dtype``) is inferred from the file sizes when unambiguous. End of
+        document is reported as the separator id, as for our own indexes. It may be opened
+        together with our own indexes of the same vocabulary.
         """
+        official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
+                             token_width=token_width)
         if subtract is not None:  # the result owns both indexes
             full = cls.open(path)
             try:
@@ -174,7 +196,7 @@ class InfiniGramIndex:
         for attempt in itertools.count():
             before = [_identity(p) for p in paths]
             try:
-                index = cls._open_once(paths)
+                index = cls._open_once(paths, official_args)
             except InfiniGramError:
                 if [_identity(p) for p in paths] == before or time.monotonic() > deadline:
                     raise
@@ -188,13 +210,37 @@ class InfiniGramIndex:
         raise AssertionError("unreachable")
 
     @classmethod
-    def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":
+    def _open_once(cls, paths: list[Path], official_args: Optional[dict[str, Any]] = None) -> "InfiniGramIndex":
+        official_args = official_args or {}
         with contextlib.ExitStack() as stack:
             roots = []
             for p in paths:
                 check_contained(p)  # (links that lead outside, anywhere in the index: e.g. tokenizer/)
                 roots.append(stack.enter_context(IndexDir.open_root(p)))
-            metas = [fmt.read_meta(r) for r in roots]
+            kinds = [official.looks_official(p) for p in paths]
+            metas = [None if k else fmt.read_meta(r) for k, r in zip(kinds, roots)]
+            ours = [m for m in metas if m is not None]
+            if ours:  # a union with our own indexes: theirs is the default vocabulary
+                official_args = {**official_args}
+                for key in ("vocab_size", "token_width", "eos_token_id"):
+                    if official_args.get(key) is None:
+                        official_args[key] = ours[0].get(key)
+            for i, (p, r) in enumerate(zip(paths, roots)):
+                if kinds[i]:
+                    layout = official.detect(r)
+                    tok = official_args.get("tokenizer")
+                    w, v, eos = official.resolve_vocab(layout, official_args.get("token_width"),
+                                                       official_args.get("vocab_size"),
+                                                       official_args.get("eos_token_id"), tok)
+                    name = getattr(tok, "name_or_path", None) if tok is not None else None
+                    metas[i] = official.synthetic_meta(layout, w, v, eos, name)
+            ours = [m for m in metas if not m.get("official")]
+            if ours and len(ours) < len(metas):  # a union of ours and official: ours set the vocabulary
+                for m in metas:
+                    if m.get("official"):
+                        for key in ("tokenizer_name", "vocab_fingerprint", "eos_token_id"):
+                            if m.get(key) is None:
+                                m[key] = ours[0].get(key)
             first = metas[0]
             for p, m in zip(paths[1:], metas[1:]):
                 for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
@@ -203,6 +249,19 @@ class InfiniGramIndex:
                             f"cannot open {paths[0]} and {p} as one index: their {key} differ "
                             f"({fmt.shown(first.get(key))} vs {fmt.shown(m.get(key))})")
             return cls(paths, metas, roots)
+
+    @staticmethod
+    def _fill_official_sizes(raw: Any, metas: list[dict[str, Any]]) -> None:
+        """An official directory's sizes come from its files (it has no meta.json)."""
+        i = 0
+        for m in metas:
+            if m.get("official"):
+                sizes = [_shard_sizes(raw, i + k) for k in range(len(m["shards"]))]
+                m["num_tokens"] = sum(x[0] for x in sizes)
+                m["num_docs"] = sum(x[2] for x in sizes)
+                for sh, x in zip(m["shards"], sizes):
+                    sh.update(num_tokens=x[0], total_len=x[1], num_docs=x[2], sa_width=x[3])
+            i += len(m["shards"])
 
     def _check_against_meta(self) -> None:
         info = self._info
