@@ -3,6 +3,7 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import contextlib
+import json
 import itertools
 import os
 import random
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 from .._core import format as fmt
-from .._core import official
+from .._core import hub, official
+from .._core.tokenization import resolve_tokenizer
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
@@ -110,6 +112,8 @@ class InfiniGramIndex:
         self._metas = metas
         self._ix = None
         self._lock = threading.Lock()  # serializes close()
+        self.tokenizer: Any = None  # set by from_pretrained when the repository names one
+        self.hub_config: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:  # every directory descriptor is closed on the way out
             if roots is None:
                 roots = [stack.enter_context(IndexDir.open_root(p)) for p in self.paths]
@@ -208,6 +212,75 @@ class InfiniGramIndex:
                     raise InfiniGramError(f"{paths[0]}: replaced {attempt + 1} times while being opened")
             time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
         raise AssertionError("unreachable")
+
+    @classmethod
+    def from_pretrained(cls, repo_id_or_path: Union[str, os.PathLike], revision: Optional[str] = None,
+                        cache_dir: Optional[Union[str, os.PathLike]] = None,
+                        allow_patterns: Optional[Sequence[str]] = None, token: Optional[str] = None, *,
+                        repo_type: str = "model", load_tokenizer: bool = True, progress: bool = True,
+                        **open_kw: Any) -> "InfiniGramIndex":
+        """Open an index stored in a HuggingFace Hub repository (ours or official-format),
+        downloading what the cache lacks with huggingface_hub (resumable, its progress bars;
+        offline with ``HF_HUB_OFFLINE=1``), or a local directory the same way.
+
+        `allow_patterns` loads only some shards (e.g. ``["*.0"]`` or ``["shard_00000/*"]``; the
+        index is then those shards). An official-format repository's ``infinigram.json`` gives
+        vocab_size / eos_token_id / token_width / tokenizer; `open_kw` (vocab_size=, tokenizer=,
+        ...) override it. When the repository names a tokenizer (a Hub id, a subfolder, or our
+        ``tokenizer/``) and `load_tokenizer`, it is loaded into ``index.tokenizer``.
+
+        Example:
+            >>> index = InfiniGramIndex.from_pretrained("org/pile-val-index", allow_patterns=["*.0"])  # doctest: +SKIP
+        """
+        local = Path(repo_id_or_path)
+        if local.is_dir():
+            path, config = local, {}
+            if (local / hub.CONFIG_FILE).is_file():
+                config = json.loads((local / hub.CONFIG_FILE).read_text())
+        else:
+            path, config = hub.download_index(str(repo_id_or_path), revision=revision, cache_dir=cache_dir,
+                                              allow_patterns=allow_patterns, token=token, repo_type=repo_type,
+                                              progress=progress)
+        tok = open_kw.pop("tokenizer", None)
+        named = config.get("tokenizer")
+        if tok is None and load_tokenizer:
+            if named:
+                sub = path / named
+                tok = resolve_tokenizer(str(sub) if sub.is_dir() else named)
+            elif (path / "tokenizer").is_dir():
+                tok = resolve_tokenizer(str(path / "tokenizer"))
+        if official.looks_official(path):
+            for key in ("vocab_size", "eos_token_id", "token_width"):
+                if open_kw.get(key) is None and config.get(key) is not None:
+                    open_kw[key] = config[key]
+            index = cls.open(path, tokenizer=tok, **open_kw)
+        else:
+            index = cls.open(path, **open_kw)
+        index.tokenizer = tok
+        index.hub_config = config
+        return index
+
+    def push_to_hub(self, repo_id: str, *, token: Optional[str] = None, private: bool = False,
+                    revision: Optional[str] = None, corpus: Optional[str] = None,
+                    commit_message: str = "Upload ∞-gram index", repo_type: str = "model") -> str:
+        """Upload this index (one directory) to a Hub repository with a generated README.md (corpus,
+        tokenizer, sizes, format, package version); an official-format index also gets
+        infinigram.json so that from_pretrained opens it without arguments. Large files go
+        through the Hub's LFS protocol. Returns the commit URL."""
+        if len(self.paths) != 1:
+            raise ValueError("push_to_hub uploads one index directory; this index opens several")
+        is_official = bool(self.meta.get("official"))
+        tok = getattr(self, "tokenizer", None)
+        tok_name = getattr(tok, "name_or_path", None) or self.meta.get("tokenizer_name")
+        config = None
+        if is_official:
+            config = {"format": "infini-gram", "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id,
+                      "token_width": self.token_width, "tokenizer": tok_name}
+        info = {"meta": {**self.meta, "num_tokens": self.num_tokens, "num_docs": self.num_docs},
+                "official": is_official, "tokenizer": tok_name, "corpus": corpus, "disk_bytes": self.disk_bytes()}
+        card = hub.model_card(info, repo_id)
+        return hub.upload_index(self.paths[0], repo_id, card, config=config, token=token, private=private,
+                                revision=revision, commit_message=commit_message, repo_type=repo_type)
 
     @classmethod
     def _open_once(cls, paths: list[Path], official_args: Optional[dict[str, Any]] = None) -> "InfiniGramIndex":
