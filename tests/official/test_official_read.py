@@ -214,3 +214,25 @@ def test_links_inside_an_official_directory_are_refused(tmp_path: Path) -> None:
     (path / "table.0").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(IndexFormatError, match="link"):
         InfiniGramIndex.open(path, vocab_size=255)
+
+
+def test_search_docs_positions_and_locate(tmp_path: Path) -> None:
+    """Document search (CNF, distance), positions and locate against brute force."""
+    rng = np.random.default_rng(11)
+    vocab, ids = WIDTH_IDS[2]
+    shards = random_shards(rng, 3, ids)
+    docs = [d for s in shards for d in s]
+    path = write_official_index(tmp_path / "off", shards, 2)
+    ref = Reference(docs, vocab)
+    with InfiniGramIndex.open(path, vocab_size=vocab) as index:
+        for q in ([1], [256, 1], [1, 256], [65534]):
+            want = sorted({d for d, _ in ref.occurrences(q)})
+            res = index.search_docs(q, maxnum=100)
+            assert res.count == len(want) and res.doc_ids.tolist() == want, q
+            occ = sorted(index.locate(s, p) for s, p in index.positions(q))
+            assert occ == sorted(ref.occurrences(q)), q
+        a, b = [1], [256]
+        both = sorted({d for d, _ in ref.occurrences(a)} & {d for d, _ in ref.occurrences(b)})
+        assert index.search_docs([[a], [b]], maxnum=100).doc_ids.tolist() == both
+        either = sorted({d for d, _ in ref.occurrences(a)} | {d for d, _ in ref.occurrences(b)})
+        assert index.search_docs([[a, b]], maxnum=100).doc_ids.tolist() == either
