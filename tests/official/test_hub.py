@@ -73,30 +73,29 @@ def test_push_and_from_pretrained_then_offline(tmp_path: Path, ours_with_tokeniz
     cache = str(tmp_path / "cache")
     official = DATA / "u16_three_shards_meta"
     with HubStandIn(tmp_path / "hub") as hub:
-        # round 1: open local directories, push them (our index with its tokenizer, an official one)
+        # one child: open local directories and push them (our index with its tokenizer, an official
+        # one), then download both (official without arguments: infinigram.json; one shard only)
         res = run_child({"HF_ENDPOINT": hub.url}, {"cache": cache, "queries": QUERIES, "open": {
-            "ours": {"repo": str(ours_with_tokenizer), "push": "org/ours", "kw": {"load_tokenizer": False}},
-            "official": {"repo": str(official), "kw": {"vocab_size": 65001, "eos_token_id": 5},
-                         "push": "org/official"},
-        }})
-        assert "commit" in res["official"]["url"]
-        readme = hub.store.obj(next(e["sha256"] for p, e in hub.store.files("model", "org/official", "main")[1].items()
-                                    if p == "README.md")).read_text()
-        assert "65001" in readme and "infini-gram" in readme and "3 |" in readme
-        # round 2: download both from the stand-in; official without arguments (infinigram.json); one shard only
-        res2 = run_child({"HF_ENDPOINT": hub.url}, {"cache": cache, "queries": QUERIES, "open": {
+            "local_ours": {"repo": str(ours_with_tokenizer), "push": "org/ours", "kw": {"load_tokenizer": False}},
+            "local_official": {"repo": str(official), "kw": {"vocab_size": 65001, "eos_token_id": 5},
+                               "push": "org/official"},
             "ours": {"repo": "org/ours"},
             "official": {"repo": "org/official"},
             "one_shard": {"repo": "org/official", "cache": cache + "/other",
                           "kw": {"allow_patterns": ["*.1"], "revision": "main"}},
             "missing": {"repo": "org/nothing"},
         }})
-        assert res2["ours"]["counts"] == res["ours"]["counts"] == counts(ours_with_tokenizer)
-        assert res2["ours"]["tokenizer"] is not None
-        assert res2["official"]["counts"] == counts(official, vocab_size=65001)
-        assert res2["official"]["shards"] == 3 and res2["one_shard"]["shards"] == 1
-        assert "RepositoryNotFound" in res2["missing"]["error"]
+        assert "commit" in res["local_official"]["url"]
+        readme = hub.store.obj(next(e["sha256"] for p, e in hub.store.files("model", "org/official", "main")[1].items()
+                                    if p == "README.md")).read_text()
+        assert "65001" in readme and "infini-gram" in readme and "3 |" in readme
+        assert res["ours"]["counts"] == res["local_ours"]["counts"] == counts(ours_with_tokenizer)
+        assert res["ours"]["tokenizer"] is not None
+        assert res["official"]["counts"] == counts(official, vocab_size=65001)
+        assert res["official"]["shards"] == 3 and res["one_shard"]["shards"] == 1
+        assert "RepositoryNotFound" in res["missing"]["error"]
         assert any(line.startswith("GET /api/models/org/official/tree/") for line in hub.store.log)
+    res2 = res
     # round 3: the Hub is gone; offline, the cache answers, and what was never downloaded fails clearly
     res3 = run_child({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}, {
         "cache": cache, "queries": QUERIES, "open": {

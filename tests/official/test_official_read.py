@@ -236,3 +236,41 @@ def test_search_docs_positions_and_locate(tmp_path: Path) -> None:
         assert index.search_docs([[a], [b]], maxnum=100).doc_ids.tolist() == both
         either = sorted({d for d, _ in ref.occurrences(a)} | {d for d, _ in ref.occurrences(b)})
         assert index.search_docs([[a, b]], maxnum=100).doc_ids.tolist() == either
+
+
+CORRUPT_CHILD = """
+import sys
+from infinigram_hf import InfiniGramIndex, InfiniGramError
+for path in sys.argv[1:]:
+    try:
+        ix = InfiniGramIndex.open(path, vocab_size=65001, token_width=2)
+    except (InfiniGramError, ValueError):
+        continue
+    for q in ([], [1], [256, 1], [1, 2, 5], [65000]):
+        ix.count(q); ix.ngram_ntd(q); ix.infgram_ntd(q + [7]); ix.score(q + [1, 2])
+    for d in range(ix.num_docs):
+        ix.get_doc(d)
+    ix.search_docs([1], maxnum=5)
+    ix.close()
+"""
+
+
+def test_corrupted_official_files_never_crash(tmp_path: Path) -> None:
+    """Random bytes overwritten in the table, tokens or offsets: a clear error or answers, never a
+    crash (checked in a child process)."""
+    import subprocess
+    import sys
+
+    paths = []
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        path = tmp_path / f"off{seed}"
+        shutil.copytree(DATA / "u16_three_shards_meta", path)
+        for name in rng.choice(["table.0", "tokenized.1", "offset.2", "table.2", "metaoff.0"], size=2, replace=False):
+            raw = bytearray((path / name).read_bytes())
+            for i in rng.integers(0, len(raw), size=8):
+                raw[int(i)] = int(rng.integers(0, 256))
+            (path / name).write_bytes(bytes(raw))
+        paths.append(str(path))
+    res = subprocess.run([sys.executable, "-c", CORRUPT_CHILD, *paths], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
