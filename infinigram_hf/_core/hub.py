@@ -22,8 +22,6 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from .._version import __version__
-
 CONFIG_FILE = "infinigram.json"
 _INDEX_PATTERNS = ["meta.json", CONFIG_FILE, "README.md", "tokenizer/*", "shard_*/*",
                    "tokenized*", "table*", "offset*", "metadata*", "metaoff*", "unigram*"]
@@ -107,7 +105,7 @@ def model_card(info: dict[str, Any], repo_id: str) -> str:
         f"| documents | {meta.get('num_docs'):,} |" if isinstance(meta.get("num_docs"), int) else "| documents | ? |",
         f"| shards | {len(meta.get('shards', []))} |",
         f"| size on disk | {info.get('disk_bytes', 0) / 2**20:,.1f} MiB |",
-        f"| written by | infinigram_hf {__version__} |",
+        f"| written by | infinigram_hf {info.get('version', '?')} |",
         "",
         "## Use",
         "",

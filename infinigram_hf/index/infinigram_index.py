@@ -17,6 +17,7 @@ import numpy as np
 from .._core import format as fmt
 from .._core import hub, official
 from .._core.tokenization import resolve_tokenizer
+from .._version import __version__
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
@@ -277,7 +278,8 @@ class InfiniGramIndex:
             config = {"format": "infini-gram", "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id,
                       "token_width": self.token_width, "tokenizer": tok_name}
         info = {"meta": {**self.meta, "num_tokens": self.num_tokens, "num_docs": self.num_docs},
-                "official": is_official, "tokenizer": tok_name, "corpus": corpus, "disk_bytes": self.disk_bytes()}
+                "official": is_official, "tokenizer": tok_name, "corpus": corpus, "disk_bytes": self.disk_bytes(),
+                "version": __version__}
         card = hub.model_card(info, repo_id)
         return hub.upload_index(self.paths[0], repo_id, card, config=config, token=token, private=private,
                                 revision=revision, commit_message=commit_message, repo_type=repo_type)
