@@ -3,6 +3,7 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import contextlib
+import json
 import itertools
 import os
 import random
@@ -14,6 +15,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 from .._core import format as fmt
+from .._core import hub, official
+from .._core.tokenization import resolve_tokenizer
+from .._version import __version__
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
@@ -110,27 +114,39 @@ class InfiniGramIndex:
         self._metas = metas
         self._ix = None
         self._lock = threading.Lock()  # serializes close()
+        self.tokenizer: Any = None  # set by from_pretrained when the repository names one
+        self.hub_config: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:  # every directory descriptor is closed on the way out
             if roots is None:
                 roots = [stack.enter_context(IndexDir.open_root(p)) for p in self.paths]
             # shard directories opened inside the index directory's descriptor, without following
             # links; the C core opens their files the same way (native/src/files.c)
             shards = [stack.enter_context(r.subdir(s["dir"])) for r, m in zip(roots, metas) for s in m["shards"]]
+            # official shards (read in place) are named by their files' suffix inside their directory
+            suffixes = [s.get("suffix") for m in metas for s in m["shards"]]
+            official_meta = [bool(m.get("official")) for m in metas for _ in m["shards"]]
             self._shard_dirs = [d.path for d in shards]
             names = [ffi.new("char[]", os.fsencode(d.path)) for d in shards]
+            sfx = [ffi.new("char[]", x.encode()) if x is not None else ffi.NULL for x in suffixes]
             out = ffi.new("ig_index **")
             err = err_buffer()
-            check(lib.ig_open_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
-                                 len(shards), err, len(err)), err)
+            check(lib.ig_open_mixed_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
+                                       ffi.new("char *[]", sfx), len(shards), int(self.meta["token_width"] or 0)
+                                       if any(official_meta) else 0,
+                                       int(self.meta["vocab_size"] or 0) if any(official_meta) else 0,
+                                       err, len(err)), err)
             raw, docmeta = out[0], []
             try:
                 info = ffi.new("ig_info *")
                 lib.ig_get_info(raw, info)
                 self._info = info
-                self._check_against_meta()
                 docs = [_shard_sizes(raw, i)[2] for i in range(len(shards))]
-                for d, n in zip(shards, docs):
-                    docmeta.append(fmt.DocMetadata(d, n))
+                self._fill_official_sizes(raw, metas)
+                self._check_against_meta()
+                for d, n, x, m in zip(shards, docs, suffixes,
+                                      [m for m in metas for _ in m["shards"]]):
+                    docmeta.append(fmt.DocMetadata(d, n) if x is None else
+                                   official.OfficialMetadata(d, x, n, bool(m["official"]["metadata"])))
             except BaseException:  # nothing of a failed open stays open (1,000 failures leaked 1,000 fds)
                 for d in docmeta:
                     d.close()
@@ -148,19 +164,30 @@ class InfiniGramIndex:
     @classmethod
     def open(cls, path: Union[PathLike, Sequence[PathLike]],
              subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
-             verify: bool = False) -> "Union[InfiniGramIndex, DifferenceIndex]":
+             verify: bool = False, vocab_size: Optional[int] = None, eos_token_id: Optional[int] = None,
+             tokenizer: Any = None, token_width: Optional[int] = None) -> "Union[InfiniGramIndex, DifferenceIndex]":
         """Open an index directory, or a list of them as one index whose counts add up, or an
         index served by `infinigram-hf serve` (``http://host:port/NAME``: a `RemoteIndex`).
 
         With `subtract` (index directories of a subset of these documents), a `DifferenceIndex`
         answering as an index built without those documents (see infinigram_hf.index.difference;
         `verify=True` also spot-checks the subset property).
+
+        A directory in the official infini-gram layout (``tokenized.0``, ``table.0``,
+        ``offset.0``, ...; no meta.json) is served in place, read-only. Its files do not hold
+        the vocabulary, so pass `vocab_size` (or a `tokenizer`, whose length and eos id are
+        taken), and `eos_token_id` if documents end with one; `token_width` (1, 2, 4 bytes:
+        the official ``token_dtype``) is inferred from the file sizes when unambiguous. End of
+        document is reported as the separator id, as for our own indexes. It may be opened
+        together with our own indexes of the same vocabulary.
         """
         if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
             if subtract is not None:
                 raise ValueError("subtract= is not available for a remote index")
             from .remote import RemoteIndex
             return RemoteIndex(path)  # type: ignore[return-value]
+        official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
+                             token_width=token_width)
         if subtract is not None:  # the result owns both indexes
             full = cls.open(path)
             try:
@@ -181,7 +208,7 @@ class InfiniGramIndex:
         for attempt in itertools.count():
             before = [_identity(p) for p in paths]
             try:
-                index = cls._open_once(paths)
+                index = cls._open_once(paths, official_args)
             except InfiniGramError:
                 if [_identity(p) for p in paths] == before or time.monotonic() > deadline:
                     raise
@@ -195,13 +222,107 @@ class InfiniGramIndex:
         raise AssertionError("unreachable")
 
     @classmethod
-    def _open_once(cls, paths: list[Path]) -> "InfiniGramIndex":
+    def from_pretrained(cls, repo_id_or_path: Union[str, os.PathLike], revision: Optional[str] = None,
+                        cache_dir: Optional[Union[str, os.PathLike]] = None,
+                        allow_patterns: Optional[Sequence[str]] = None, token: Optional[str] = None, *,
+                        repo_type: str = "model", load_tokenizer: bool = True, progress: bool = True,
+                        **open_kw: Any) -> "InfiniGramIndex":
+        """Open an index stored in a HuggingFace Hub repository (ours or official-format),
+        downloading what the cache lacks with huggingface_hub (resumable, its progress bars;
+        offline with ``HF_HUB_OFFLINE=1``), or a local directory the same way.
+
+        `allow_patterns` loads only some shards (e.g. ``["*.0"]`` or ``["shard_00000/*"]``; the
+        index is then those shards). An official-format repository's ``infinigram.json`` gives
+        vocab_size / eos_token_id / token_width / tokenizer; `open_kw` (vocab_size=, tokenizer=,
+        ...) override it. When the repository names a tokenizer (a Hub id, a subfolder, or our
+        ``tokenizer/``) and `load_tokenizer`, it is loaded into ``index.tokenizer``.
+
+        Example:
+            >>> index = InfiniGramIndex.from_pretrained("org/pile-val-index", allow_patterns=["*.0"])  # doctest: +SKIP
+        """
+        local = Path(repo_id_or_path)
+        if local.is_dir():
+            path, config = local, {}
+            if (local / hub.CONFIG_FILE).is_file():
+                config = json.loads((local / hub.CONFIG_FILE).read_text())
+        else:
+            path, config = hub.download_index(str(repo_id_or_path), revision=revision, cache_dir=cache_dir,
+                                              allow_patterns=allow_patterns, token=token, repo_type=repo_type,
+                                              progress=progress)
+        tok = open_kw.pop("tokenizer", None)
+        named = config.get("tokenizer")
+        if tok is None and load_tokenizer:
+            if named:
+                sub = path / named
+                tok = resolve_tokenizer(str(sub) if sub.is_dir() else named)
+            elif (path / "tokenizer").is_dir():
+                tok = resolve_tokenizer(str(path / "tokenizer"))
+        if official.looks_official(path):
+            for key in ("vocab_size", "eos_token_id", "token_width"):
+                if open_kw.get(key) is None and config.get(key) is not None:
+                    open_kw[key] = config[key]
+            index = cls.open(path, tokenizer=tok, **open_kw)
+        else:
+            index = cls.open(path, **open_kw)
+        index.tokenizer = tok
+        index.hub_config = config
+        return index
+
+    def push_to_hub(self, repo_id: str, *, token: Optional[str] = None, private: bool = False,
+                    revision: Optional[str] = None, corpus: Optional[str] = None,
+                    commit_message: str = "Upload ∞-gram index", repo_type: str = "model") -> str:
+        """Upload this index (one directory) to a Hub repository with a generated README.md (corpus,
+        tokenizer, sizes, format, package version); an official-format index also gets
+        infinigram.json so that from_pretrained opens it without arguments. Large files go
+        through the Hub's LFS protocol. Returns the commit URL."""
+        if len(self.paths) != 1:
+            raise ValueError("push_to_hub uploads one index directory; this index opens several")
+        is_official = bool(self.meta.get("official"))
+        tok = getattr(self, "tokenizer", None)
+        tok_name = getattr(tok, "name_or_path", None) or self.meta.get("tokenizer_name")
+        config = None
+        if is_official:
+            config = {"format": "infini-gram", "vocab_size": self.vocab_size, "eos_token_id": self.eos_token_id,
+                      "token_width": self.token_width, "tokenizer": tok_name}
+        info = {"meta": {**self.meta, "num_tokens": self.num_tokens, "num_docs": self.num_docs},
+                "official": is_official, "tokenizer": tok_name, "corpus": corpus, "disk_bytes": self.disk_bytes(),
+                "version": __version__}
+        card = hub.model_card(info, repo_id)
+        return hub.upload_index(self.paths[0], repo_id, card, config=config, token=token, private=private,
+                                revision=revision, commit_message=commit_message, repo_type=repo_type)
+
+    @classmethod
+    def _open_once(cls, paths: list[Path], official_args: Optional[dict[str, Any]] = None) -> "InfiniGramIndex":
+        official_args = official_args or {}
         with contextlib.ExitStack() as stack:
             roots = []
             for p in paths:
                 check_contained(p)  # (links that lead outside, anywhere in the index: e.g. tokenizer/)
                 roots.append(stack.enter_context(IndexDir.open_root(p)))
-            metas = [fmt.read_meta(r) for r in roots]
+            kinds = [official.looks_official(p) for p in paths]
+            metas = [None if k else fmt.read_meta(r) for k, r in zip(kinds, roots)]
+            ours = [m for m in metas if m is not None]
+            if ours:  # a union with our own indexes: theirs is the default vocabulary
+                official_args = {**official_args}
+                for key in ("vocab_size", "token_width", "eos_token_id"):
+                    if official_args.get(key) is None:
+                        official_args[key] = ours[0].get(key)
+            for i, (p, r) in enumerate(zip(paths, roots)):
+                if kinds[i]:
+                    layout = official.detect(r)
+                    tok = official_args.get("tokenizer")
+                    w, v, eos = official.resolve_vocab(layout, official_args.get("token_width"),
+                                                       official_args.get("vocab_size"),
+                                                       official_args.get("eos_token_id"), tok)
+                    name = getattr(tok, "name_or_path", None) if tok is not None else None
+                    metas[i] = official.synthetic_meta(layout, w, v, eos, name)
+            ours = [m for m in metas if not m.get("official")]
+            if ours and len(ours) < len(metas):  # a union of ours and official: ours set the vocabulary
+                for m in metas:
+                    if m.get("official"):
+                        for key in ("tokenizer_name", "vocab_fingerprint", "eos_token_id"):
+                            if m.get(key) is None:
+                                m[key] = ours[0].get(key)
             first = metas[0]
             for p, m in zip(paths[1:], metas[1:]):
                 for key in ("vocab_size", "token_width", "vocab_fingerprint", "tokenizer_name"):
@@ -210,6 +331,19 @@ class InfiniGramIndex:
                             f"cannot open {paths[0]} and {p} as one index: their {key} differ "
                             f"({fmt.shown(first.get(key))} vs {fmt.shown(m.get(key))})")
             return cls(paths, metas, roots)
+
+    @staticmethod
+    def _fill_official_sizes(raw: Any, metas: list[dict[str, Any]]) -> None:
+        """An official directory's sizes come from its files (it has no meta.json)."""
+        i = 0
+        for m in metas:
+            if m.get("official"):
+                sizes = [_shard_sizes(raw, i + k) for k in range(len(m["shards"]))]
+                m["num_tokens"] = sum(x[0] for x in sizes)
+                m["num_docs"] = sum(x[2] for x in sizes)
+                for sh, x in zip(m["shards"], sizes):
+                    sh.update(num_tokens=x[0], total_len=x[1], num_docs=x[2], sa_width=x[3])
+            i += len(m["shards"])
 
     def _check_against_meta(self) -> None:
         info = self._info

@@ -22,6 +22,18 @@ int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *e
    of the index is ever reached through a link. The descriptors stay the caller's. */
 int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards,
                char *err, size_t errlen);
+/* The same where some shards are official infini-gram shards (infini-gram 2.6.0's layout:
+   tokenized{suffix}, table{suffix}, offset{suffix} in the shard's directory, e.g. suffix ".0",
+   or "" for unsuffixed names), served in place: nothing is written or converted. Entry i of
+   official_suffixes (or the whole array) NULL: shard i is ours. Official files hold neither
+   token width nor vocabulary, so token_width (1, 2, 4) and vocab_size are the caller's; our
+   shards must agree with them. An official shard's unigram is counted at open (one walk over
+   its suffix array: a binary search per distinct token). */
+int ig_open_mixed_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
+                     const char *const *official_suffixes, int n_shards, int token_width, uint32_t vocab_size,
+                     char *err, size_t errlen);
+/* 1 when some shard of ix is an official one read in place. */
+int ig_index_has_official(const ig_index *ix);
 void ig_close(ig_index *ix);
 
 typedef struct {

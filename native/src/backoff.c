@@ -174,11 +174,12 @@ static int cmp_pattern(const pattern *p, const ig_shard *a, int64_t y, int64_t k
     int64_t h = k0 < p->m ? k0 + lce(p->memo, p->w, a, y + k0, p->b, p->u + k0, p->m - k0) : p->m;
     if (h < p->m) {
         *lcp = h;
-        return ig_tok(a, p->w, y + h) < ig_tok(p->b, p->w, p->u + h) ? -1 : 1;
+        /* (ordered by shard a's keys: an official shard sorts by bytes, with its end first) */
+        return ig_key_at(a, p->w, y + h) < ig_key_of(a, p->w, ig_tok(p->b, p->w, p->u + h)) ? -1 : 1;
     }
     uint32_t x = ig_tok(a, p->w, y + p->m);
     *lcp = x == p->t ? p->m + 1 : p->m;
-    return x == p->t ? 0 : (x < p->t ? -1 : 1);
+    return x == p->t ? 0 : (ig_key_at(a, p->w, y + p->m) < ig_key_of(a, p->w, p->t) ? -1 : 1);
 }
 
 /* First rank in (lo, hi) whose suffix is >= the pattern (strict = 0) or > it (strict = 1),

@@ -49,6 +49,19 @@ typedef struct {
     int ntc_shift[IG_NTC_DEPTHS + 1];
     uint8_t *ntc_checked;   /* per record: 0 not yet, 1 entries valid, 2 corrupt (checked on first use) */
     uint32_t ntc_vocab, ntc_sep;
+    /* An official infini-gram shard read in place (official.c); 0 for our own format. Its
+       tokens are read at virtual positions shifted by one (the separator before each document
+       becomes one after it; the end of the file is a virtual final separator, read but not
+       mapped), its pointers are byte offsets, and its suffixes are ordered by byte-swapped ids
+       with the end of the file first: see ig_key_at. */
+    int official;
+    int64_t tok_end;         /* positions [0, tok_end) are read from the mapping, others are separators */
+    int64_t sa_fast_n;       /* ranks below this may load 8 bytes (our sa.bin is padded, theirs is not) */
+    int sa_shift;            /* pointer >> sa_shift = file position (log2 token width for theirs) */
+    int doc_shift;           /* likewise for docs[] */
+    int64_t sa_bias;         /* subtracted from a pointer's position (1 for theirs) */
+    uint64_t *uni_owned;     /* official: the unigram counted at open (else NULL) */
+    int64_t *uni_key_rank;   /* official: first rank of each unigram entry (entries sorted by id, ranks by key) */
 } ig_shard;
 
 struct ig_index {
@@ -78,7 +91,7 @@ static inline uint32_t ig_sep_for_width(int w) {
 /* Token at position i of a shard; positions outside the array read as the separator, so a
    corrupted suffix-array pointer can never make a comparison read outside the mapping. */
 static inline uint32_t ig_tok(const ig_shard *s, int w, int64_t i) {
-    if ((uint64_t)i >= (uint64_t)s->total_len) return ig_sep_for_width(w);
+    if ((uint64_t)i >= (uint64_t)s->tok_end) return ig_sep_for_width(w);
     switch (w) {
     case 1: return s->tokens[i];
     case 2: { uint16_t v; memcpy(&v, s->tokens + 2 * i, 2); return v; }
@@ -98,12 +111,37 @@ static inline int64_t ig_first_token_run_end(const ig_shard *v, int width, const
     return a;
 }
 
-/* Suffix-array entry r, clamped into the token array (the file is padded by 8 bytes). */
+/* Suffix-array entry r as a token position, clamped into the token array (our file is padded
+   by 8 bytes; an official table is not, so its last entries load only their own bytes). */
 static inline int64_t ig_sa(const ig_shard *s, int64_t r) {
     uint64_t v;
-    memcpy(&v, s->sa + (size_t)r * (size_t)s->sa_width, 8);
-    v &= s->sa_mask;
-    return v < (uint64_t)s->total_len ? (int64_t)v : s->total_len - 1;
+    if (r < s->sa_fast_n) {
+        memcpy(&v, s->sa + (size_t)r * (size_t)s->sa_width, 8);
+        v &= s->sa_mask;
+    } else {
+        v = 0; /* (little-endian host: the low bytes come first) */
+        memcpy(&v, s->sa + (size_t)r * (size_t)s->sa_width, (size_t)s->sa_width);
+    }
+    int64_t p = (int64_t)(v >> s->sa_shift) - s->sa_bias;
+    return (uint64_t)p < (uint64_t)s->total_len ? p : s->total_len - 1;
+}
+
+/* Start of document d (d == num_docs: the end of the shard), clamped into the token array. */
+static inline int64_t ig_doc_start(const ig_shard *s, int64_t d) {
+    uint64_t v = s->official && d >= s->num_docs ? (uint64_t)s->total_len : s->docs[d] >> s->doc_shift;
+    return v > (uint64_t)s->total_len ? s->total_len : (int64_t)v;
+}
+
+/* The sort key of a token: suffixes are ordered by the keys of their tokens. Ours: the id.
+   Official: the id's little-endian bytes read big-endian (their tables are sorted by memcmp),
+   plus one, so that key 0 is free for the end of the file, which sorts before every token. */
+static inline uint64_t ig_key_of(const ig_shard *s, int w, uint32_t t) {
+    if (!s->official) return t;
+    return (uint64_t)(w == 2 ? __builtin_bswap16((uint16_t)t) : w == 4 ? __builtin_bswap32(t) : t) + 1;
+}
+static inline uint64_t ig_key_at(const ig_shard *s, int w, int64_t i) {
+    if (s->official && i == s->total_len - 1) return 0;
+    return ig_key_of(s, w, ig_tok(s, w, i));
 }
 
 #endif

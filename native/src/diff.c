@@ -192,6 +192,8 @@ static int64_t sum_sorted_pairs(uint64_t *v, int64_t n) {
 int ig_diff_check(const ig_index *P, const ig_index *M, char *err, size_t errlen) {
     int rc = check_pair(P, M, err, errlen);
     if (rc) return rc;
+    if (ig_index_has_official(P) || ig_index_has_official(M))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s is not supported yet on an official infini-gram index read in place: convert it first (infinigram-hf convert)", "the difference of indexes");
     if (M->num_docs > P->num_docs || M->num_tokens > P->num_tokens)
         return ig_fail(err, errlen, IG_ERR_ARG,
                        "the subtracted index (%llu documents, %llu tokens) is larger than the index (%llu, %llu)",

@@ -9,10 +9,7 @@ static int check_shard(const ig_index *ix, int shard, char *err, size_t errlen) 
 }
 
 /* Start offset of document d, clamped so corrupt offsets never point outside the tokens. */
-static int64_t doc_start(const ig_shard *s, int64_t d) {
-    uint64_t v = s->docs[d];
-    return v > (uint64_t)s->total_len ? s->total_len : (int64_t)v;
-}
+static int64_t doc_start(const ig_shard *s, int64_t d) { return ig_doc_start(s, d); }
 
 int ig_sa_position(const ig_index *ix, int shard, int64_t rank, int64_t *pos, char *err, size_t errlen) {
     int rc = check_shard(ix, shard, err, errlen);

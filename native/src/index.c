@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "ntd_cache.h"
+#include "official.h"
 
 /* Map file `name` of the shard directory dirfd (named `dir` in messages); see files.c. */
 static int map_file(ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
@@ -60,7 +61,7 @@ static int check_header(const ig_map *m, const char *dir, const char *name, cons
     return IG_OK;
 }
 
-static void close_shard(ig_shard *s) {
+void ig_close_shard(ig_shard *s) {
     unmap_file(&s->tok_map);
     unmap_file(&s->sa_map);
     unmap_file(&s->docs_map);
@@ -69,6 +70,10 @@ static void close_shard(ig_shard *s) {
     s->uni_start = NULL;
     free(s->uni_rank);
     s->uni_rank = NULL;
+    free(s->uni_owned);
+    s->uni_owned = NULL;
+    free(s->uni_key_rank);
+    s->uni_key_rank = NULL;
     ig_ntc_close(s);
 }
 
@@ -140,6 +145,7 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     s->total_len = (int64_t)ht.count;
     s->num_docs = (int64_t)ht.aux2;
     s->num_tokens = s->total_len - s->num_docs;
+    s->tok_end = s->total_len;
     uint32_t sep = ig_sep_for_width(*token_width);
     if (s->total_len > 0 && ig_tok(s, *token_width, s->total_len - 1) != sep)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: does not end with a document separator", dir);
@@ -152,6 +158,7 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     s->sa = s->sa_map.base + IG_HEADER_SIZE;
     s->sa_width = (int)hs.width;
     s->sa_mask = hs.width == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * hs.width)) - 1);
+    s->sa_fast_n = s->num_tokens;
 
     if ((rc = map_file(&s->docs_map, dirfd, dir, "docs.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->docs_map, dir, "docs.bin", "IGHF-DOC", 0, &hd, err, errlen))) return rc;
@@ -188,8 +195,9 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     return ig_ntc_open(s, dirfd, dir, *token_width, *vocab, err, errlen); /* optional file */
 }
 
-int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards, char *err,
-               size_t errlen) {
+int ig_open_mixed_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
+                     const char *const *official_suffixes, int n_shards, int token_width, uint32_t vocab_size,
+                     char *err, size_t errlen) {
     if (!out || !shard_dirfds || !shard_names || n_shards <= 0) return ig_fail(err, errlen, IG_ERR_ARG, "no shards given");
     *out = NULL;
     ig_index *ix = calloc(1, sizeof *ix);
@@ -200,9 +208,14 @@ int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
     ix->n_shards = n_shards;
+    ix->token_width = token_width;
+    ix->vocab_size = vocab_size;
     for (int i = 0; i < n_shards; i++) {
-        int rc = open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], &ix->token_width, &ix->vocab_size,
-                            err, errlen);
+        int rc = official_suffixes && official_suffixes[i]
+                     ? ig_official_open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], official_suffixes[i],
+                                              ix->token_width, ix->vocab_size, err, errlen)
+                     : open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], &ix->token_width,
+                                  &ix->vocab_size, err, errlen);
         if (rc) {
             ig_close(ix);
             return rc;
@@ -213,6 +226,17 @@ int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard
     ix->separator = ig_sep_for_width(ix->token_width);
     *out = ix;
     return IG_OK;
+}
+
+int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names, int n_shards, char *err,
+               size_t errlen) {
+    return ig_open_mixed_at(out, shard_dirfds, shard_names, NULL, n_shards, 0, 0, err, errlen);
+}
+
+int ig_index_has_official(const ig_index *ix) {
+    for (int i = 0; ix && i < ix->n_shards; i++)
+        if (ix->shards[i].official) return 1;
+    return 0;
 }
 
 int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *err, size_t errlen) {
@@ -237,7 +261,7 @@ int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *e
 
 void ig_close(ig_index *ix) {
     if (!ix) return;
-    for (int i = 0; i < ix->n_shards; i++) close_shard(&ix->shards[i]);
+    for (int i = 0; i < ix->n_shards; i++) ig_close_shard(&ix->shards[i]);
     free(ix->shards);
     free(ix);
 }

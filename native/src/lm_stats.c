@@ -294,6 +294,8 @@ static int cmp_prefix(const ig_index *ix, int s1, int64_t p1, int s2, int64_t p2
 int ig_lm_count_of_counts(const ig_index *ix, int64_t max_n, int64_t kmax, uint64_t *raw,
                           uint64_t *cont, uint64_t *types, char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (ig_index_has_official(ix))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s is not supported yet on an official infini-gram index read in place: convert it first (infinigram-hf convert)", "count-of-counts");
     if (max_n < 1 || max_n > 4096) return ig_fail(err, errlen, IG_ERR_ARG, "max_n must be in 1..4096, got %lld", (long long)max_n);
     if (kmax < 1) return ig_fail(err, errlen, IG_ERR_ARG, "kmax must be positive, got %lld", (long long)kmax);
     if (!raw || !cont) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");

@@ -80,6 +80,11 @@ static int walk_into(const ig_index *ix, const ig_shard *s, ig_range r, int64_t 
             if (dst->n > first && dst->tok[dst->n - 1] == t) dst->cnt[dst->n - 1] += weight;
             else { dst->tok[dst->n] = t; dst->cnt[dst->n++] = weight; }
         }
+        if (s->official) { /* (its runs come in key order) */
+            int64_t m = ig_sort_merge_tc(dst->tok + first, dst->cnt + first, dst->n - first);
+            if (m < 0) return IG_ERR_NOMEM;
+            dst->n = first + m;
+        }
         return 0;
     }
     int64_t cap = r.hi - r.lo; /* every distinct token takes at least one rank */

@@ -37,10 +37,15 @@ int ig_check_ids(const ig_index *ix, const uint32_t *q, int64_t len, const char 
 static inline int cmp_suffix(const ig_shard *s, int w, int64_t pos, int64_t d, const uint32_t *q,
                              int64_t m) {
     for (int64_t k = 0; k < m; k++) {
-        uint32_t t = ig_tok(s, w, pos + d + k);
-        if (t != q[k]) return t < q[k] ? -1 : 1;
+        uint64_t t = ig_key_at(s, w, pos + d + k), x = ig_key_of(s, w, q[k]);
+        if (t != x) return t < x ? -1 : 1;
     }
     return 0;
+}
+
+/* Key at depth d of the suffix ranked r (ordering); tok_rank gives the token itself. */
+static inline uint64_t key_rank(const ig_shard *s, int w, int64_t r, int64_t d) {
+    return ig_key_at(s, w, ig_sa(s, r) + d);
 }
 
 /* Hint the cache about suffix-array entry r: a binary search prefetches both candidate next
@@ -58,17 +63,17 @@ static inline void prefetch_sa(const ig_shard *s, int64_t r) {
 #define IG_SCAN_MAX 8
 
 /* First rank in [a, b) whose token at depth d is >= t (strict = 0) or > t (strict = 1). */
-static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, int64_t d, uint32_t t,
+static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, int64_t d, uint64_t t,
                                 int strict) {
     while (b - a > IG_SCAN_MAX) {
         int64_t mid = a + (b - a) / 2;
         prefetch_sa(s, a + (mid - a) / 2);
         prefetch_sa(s, mid + 1 + (b - mid - 1) / 2);
-        uint32_t x = tok_rank(s, w, mid, d);
+        uint64_t x = key_rank(s, w, mid, d);
         if (x < t || (strict && x == t)) a = mid + 1; else b = mid;
     }
     while (a < b) {
-        uint32_t x = tok_rank(s, w, a, d);
+        uint64_t x = key_rank(s, w, a, d);
         if (!(x < t || (strict && x == t))) break;
         a++;
     }
@@ -78,16 +83,17 @@ static inline int64_t bound_tok(const ig_shard *s, int w, int64_t a, int64_t b, 
 /* Sub-range of [r.lo, r.hi) whose suffixes continue with the single token t at depth d. One
    bisection until a rank holding t is hit, then the two bounds are searched on either side of it
    (an "equal range" search: about half the probes of two independent bisections). */
-ig_range ig_narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t t) {
+ig_range ig_narrow1(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t tok) {
     ig_range out; /* a frequent short context: search its precomputed next tokens instead */
-    if (s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, t, &out))
+    if (s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, tok, &out))
         return out;
+    uint64_t t = ig_key_of(s, w, tok);
     int64_t a = r.lo, b = r.hi;
     while (b - a > IG_SCAN_MAX) {
         int64_t mid = a + (b - a) / 2;
         prefetch_sa(s, a + (mid - a) / 2);
         prefetch_sa(s, mid + 1 + (b - mid - 1) / 2);
-        uint32_t x = tok_rank(s, w, mid, d);
+        uint64_t x = key_rank(s, w, mid, d);
         if (x < t) a = mid + 1;
         else if (x > t) b = mid;
         else return (ig_range){bound_tok(s, w, a, mid, d, t, 0), bound_tok(s, w, mid + 1, b, d, t, 1)};
@@ -122,6 +128,16 @@ ig_range ig_narrow(const ig_shard *s, int w, ig_range r, int64_t d, const uint32
 }
 
 ig_range ig_first_token_range(const ig_shard *s, int w, uint32_t t) {
+    if (s->uni_key_rank) { /* official: entries sorted by id, their ranks in key order */
+        int64_t a = 0, b = s->n_uni;
+        while (a < b) {
+            int64_t mid = a + (b - a) / 2;
+            if (s->uni[2 * mid] < t) a = mid + 1; else b = mid;
+        }
+        if (a < s->n_uni && s->uni[2 * a] == t)
+            return (ig_range){s->uni_key_rank[a], s->uni_key_rank[a] + (int64_t)s->uni[2 * a + 1]};
+        return (ig_range){0, 0};
+    }
     if (s->uni_start) return (ig_range){s->uni_start[t], s->uni_start[t + 1]};
     if (s->uni_rank) { /* the unigram entry of t, by binary search (tokens strictly increase) */
         int64_t a = 0, b = s->n_uni;
@@ -197,7 +213,49 @@ int ig_count(const ig_index *ix, const uint32_t *q, int64_t len, uint64_t *count
 /* ---------------------------------------------------------------- next-token distributions */
 
 /* Distinct tokens at depth d over one shard's range, with counts, by galloping over runs. */
+static int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
+                          uint64_t *cnts, int64_t cap);
+
+/* Sort (toks, cnts)[0..n) by token and add up equal tokens; returns the new length. An official
+   shard's runs come in key order, and its end-of-document occurrences in two runs (the end of the
+   file first, the separators last). */
+typedef struct {
+    uint32_t t;
+    uint64_t c;
+} tc_pair;
+static int by_token(const void *x, const void *y) {
+    uint32_t a = ((const tc_pair *)x)->t, b = ((const tc_pair *)y)->t;
+    return (a > b) - (a < b);
+}
+
+int64_t ig_sort_merge_tc(uint32_t *toks, uint64_t *cnts, int64_t n) {
+    int sorted = 1;
+    for (int64_t i = 1; i < n && sorted; i++) sorted = toks[i - 1] <= toks[i];
+    if (!sorted) {
+        tc_pair *v = malloc((size_t)n * sizeof *v);
+        if (!v) return -1;
+        for (int64_t i = 0; i < n; i++) v[i] = (tc_pair){toks[i], cnts[i]};
+        qsort(v, (size_t)n, sizeof *v, by_token);
+        for (int64_t i = 0; i < n; i++) { toks[i] = v[i].t; cnts[i] = v[i].c; }
+        free(v);
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (m > 0 && toks[m - 1] == toks[i]) cnts[m - 1] += cnts[i];
+        else { toks[m] = toks[i]; cnts[m++] = cnts[i]; }
+    }
+    return m;
+}
+
 int64_t ig_walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
+                          uint64_t *cnts, int64_t cap) {
+    int64_t n = walk_range(s, w, r, d, toks, cnts, cap);
+    if (!s->official || n > cap || (d == 0 && r.lo == 0 && r.hi == s->num_tokens)) return n;
+    int64_t m = ig_sort_merge_tc(toks, cnts, n);
+    return m < 0 ? n : m;
+}
+
+static int64_t walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks,
                           uint64_t *cnts, int64_t cap) {
     int64_t n = 0, i = r.lo;
     if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) { /* the unigram is stored */
@@ -267,7 +325,7 @@ int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *t
        vocabulary (2^32 entries for a 32-bit one). More entries only come from corrupt files. */
     int64_t occ = 0;
     for (int i = 0; i < ix->n_shards; i++) occ += rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
-    int64_t full = (int64_t)ix->vocab_size + 1;
+    int64_t full = (int64_t)ix->vocab_size + 2; /* (+1: an official shard's two end-of-document runs) */
     if (occ < full) full = occ > 0 ? occ : 1;
     uint32_t *st = malloc((size_t)full * sizeof(uint32_t));     /* one shard's walk */
     uint64_t *sc = malloc((size_t)full * sizeof(uint64_t));
@@ -401,6 +459,10 @@ int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
         const ig_shard *s = &ix->shards[i];
         uint32_t a = tok_rank(s, ix->token_width, rs[i].lo, d);
         uint32_t b = tok_rank(s, ix->token_width, rs[i].hi - 1, d);
+        /* official: an end of document may rank first (the end of the file) and last */
+        if (s->official && a == ix->separator && rs[i].hi - rs[i].lo > 1 &&
+            tok_rank(s, ix->token_width, rs[i].lo + 1, d) != ix->separator)
+            return 0;
         if (a != b || (have && a != t0)) return 0;
         have = 1;
         t0 = a;

@@ -41,6 +41,8 @@ uint64_t ig_find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_rang
 
 /* Distinct next tokens at depth d over a range, with counts (returns how many; writes <= cap). */
 int64_t ig_walk_range(const ig_shard *s, int w, ig_range r, int64_t d, uint32_t *toks, uint64_t *cnts, int64_t cap);
+/* Sort (toks, cnts)[0..n) by token, adding up equal tokens: the new length (-1: out of memory). */
+int64_t ig_sort_merge_tc(uint32_t *toks, uint64_t *cnts, int64_t n);
 /* The same summed over shards. */
 int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks, uint64_t *cnts,
                int64_t cap, int64_t *n_out, char *err, size_t errlen);

@@ -24,10 +24,7 @@ static uint64_t splitmix64(uint64_t *state) {
 }
 
 /* Start of document d of a shard, clamped into the token array (docs.bin is not trusted). */
-static int64_t doc_start(const ig_shard *s, int64_t d) {
-    uint64_t v = s->docs[d];
-    return v > (uint64_t)s->total_len ? s->total_len : (int64_t)v;
-}
+static int64_t doc_start(const ig_shard *s, int64_t d) { return ig_doc_start(s, d); }
 
 /* Document containing position pos: the last d with start(d) <= pos. */
 static int64_t doc_of(const ig_shard *s, int64_t pos) {
@@ -213,7 +210,7 @@ static int scan_range(const ig_shard *s, int w, int64_t a, int64_t b, const scan
     cx.n_tags = n_tags;
     cx.stop_tags = stop_tags;
     cx.max_out = max_out;
-    if (b > s->total_len) b = s->total_len;
+    if (b > s->tok_end) b = s->tok_end; /* (an official shard's final separator is not mapped) */
     if (counts && !out && stop_tags == 0 && sc->max_len == 1 && sc->n_first >= 1 && sc->n_first <= IG_SCAN_FIRSTS) {
         uint64_t cf[IG_SCAN_FIRSTS];
         if (w == 1) COUNT_FIRSTS(uint8_t);

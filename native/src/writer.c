@@ -488,7 +488,7 @@ static int sa_stream_close(sa_stream *s, const ig_writer *w, char *err, size_t e
 /* The unigram as (token, count) pairs: SA ranks are grouped by first token, so walk the runs
    (twice: the header needs the number of distinct tokens first). */
 static int write_unigram(ig_out *o, const ig_writer *w, const int32_t *sa, int64_t n_tok) {
-    ig_shard view = {.tokens = w->tokens, .total_len = w->len};
+    ig_shard view = {.tokens = w->tokens, .total_len = w->len, .tok_end = w->len};
     int64_t n_uni = 0;
     for (int64_t i = 0; i < n_tok; n_uni++) i = ig_first_token_run_end(&view, w->width, sa, i, n_tok);
     if (out_header(o, "IGHF-UNI", 16, (uint64_t)n_uni, (uint64_t)n_tok, 0)) return IG_ERR_IO;
@@ -504,7 +504,7 @@ static int write_unigram(ig_out *o, const ig_writer *w, const int32_t *sa, int64
 /* Separators get the value vocab_size while SA-IS runs: still the largest symbol (so separator
    suffixes sort last and can be dropped), and the alphabet stays [0, vocab_size]. */
 static void map_separators(ig_writer *w, uint32_t from, uint32_t to) {
-    ig_shard view = {.tokens = w->tokens, .total_len = w->len};
+    ig_shard view = {.tokens = w->tokens, .total_len = w->len, .tok_end = w->len};
     for (int64_t d = 0; d < w->n_docs; d++) {
         int64_t end = (d + 1 < w->n_docs ? (int64_t)w->docs[d + 1] : w->len) - 1;
         if (ig_tok(&view, w->width, end) == from) put_tok(w, end, to);
@@ -548,7 +548,7 @@ typedef struct {
 
 static void *ntc_run(void *arg) {
     ntc_job *j = arg;
-    ig_shard view = {.tokens = j->w->tokens, .total_len = j->w->len};
+    ig_shard view = {.tokens = j->w->tokens, .total_len = j->w->len, .tok_end = j->w->len};
     j->rc = ig_ntc_write(&view, j->w->width, j->sa, j->n_tok, j->w->ntc_min_cost, j->w->dir, j->err, sizeof j->err);
     return NULL;
 }

@@ -182,9 +182,9 @@ def test_readers_during_atomic_replacement(scratch_dir, tmp_path, monkeypatch) -
     attempts = [0]
     open_once = InfiniGramIndex._open_once.__func__
 
-    def counted(cls, paths):  # (opens that raced a replacement are tried again)
+    def counted(cls, paths, *rest):  # (opens that raced a replacement are tried again)
         attempts[0] += 1
-        return open_once(cls, paths)
+        return open_once(cls, paths, *rest)
 
     monkeypatch.setattr(InfiniGramIndex, "_open_once", classmethod(counted))
     seen = [0, 0]

@@ -1,0 +1,56 @@
+"""`infinigram-hf convert`: official infini-gram indexes to ours and back.
+
+Example:
+    $ infinigram-hf convert v4_pileval_llama pileval_ours --vocab-size 32000
+    $ infinigram-hf convert pileval_ours pileval_official
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .common import CLIError
+
+
+def add_convert(sub: Any) -> None:
+    p = sub.add_parser("convert", help="convert an official infini-gram index to ours, or ours to the official layout",
+                       description="The direction follows SRC: a directory in the official layout (tokenized.0, "
+                                   "table.0, offset.0, ...) becomes one of ours; one of ours becomes an official one "
+                                   "(served by infini_gram.engine with token_dtype u8/u16/u32). Official -> ours -> "
+                                   "official gives the original files byte for byte.")
+    p.add_argument("src", help="index directory to convert")
+    p.add_argument("out", help="new index directory")
+    p.add_argument("--vocab-size", type=int, default=None, help="official SRC: its vocabulary size (or --tokenizer)")
+    p.add_argument("--tokenizer", default=None, help="official SRC: the tokenizer (its length gives the vocabulary)")
+    p.add_argument("--eos-token-id", type=int, default=None)
+    p.add_argument("--token-width", type=int, choices=[1, 2, 4], default=None,
+                   help="bytes per token of the official side (official token_dtype u8/u16/u32)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing index at OUT (to ours only)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from .._core.official import looks_official
+    from ..build.convert import official_to_ours, ours_to_official
+
+    src = Path(args.src)
+    if not src.is_dir():
+        raise CLIError(f"{src}: not a directory")
+    if looks_official(src):
+        tok = None
+        if args.tokenizer:
+            from .._core.tokenization import resolve_tokenizer
+
+            tok = resolve_tokenizer(args.tokenizer)
+        out = official_to_ours(src, args.out, vocab_size=args.vocab_size, token_width=args.token_width,
+                               eos_token_id=args.eos_token_id, tokenizer=tok, overwrite=args.overwrite,
+                               progress=not args.no_progress)
+    else:
+        out = ours_to_official(src, args.out, token_width=args.token_width, progress=not args.no_progress)
+    print(out)
+    return 0
+
+
+COMMANDS = [add_convert]
