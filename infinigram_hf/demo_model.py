@@ -25,7 +25,7 @@ def _stream(index: InfiniGramIndex, eos: int, max_tokens: int) -> np.ndarray:
     """The indexed documents, each preceded by EOS, up to about max_tokens tokens."""
     parts, total = [], 0
     for d in range(index.num_docs):
-        ids = index.get_doc(d).token_ids.astype(np.int64)
+        ids = index.get_doc(d, decode=False).token_ids.astype(np.int64)
         parts += [np.array([eos], dtype=np.int64), ids]
         total += len(ids) + 1
         if total >= max_tokens:

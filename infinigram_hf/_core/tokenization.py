@@ -129,6 +129,16 @@ class SavedTokenizer:
     def decode(self, ids: Sequence[int], **_: Any) -> str:
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def get_vocab(self) -> dict:
+        """token -> id, added tokens included (what `vocab_fingerprint` hashes, as for the HF tokenizer)."""
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def __repr__(self) -> str:
+        return f"SavedTokenizer({self.name_or_path!r})"
+
 
 def check_tokenizer(index: Any, tokenizer: Any) -> None:
     """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
@@ -171,7 +181,8 @@ def index_tokenizer(index: Any, tokenizer: Any = None, *, light: bool = False) -
         cached = _SAVED.get(index)
         if cached is not None and light in cached:
             return cached[light]
-    tok = getattr(index, "tokenizer", None)
+    # an object that carries its own tokenizer (not InfiniGramIndex.tokenizer, which asks here)
+    tok = None if isinstance(getattr(type(index), "tokenizer", None), property) else getattr(index, "tokenizer", None)
     if tok is None:
         saved = Path(index.paths[0]) / "tokenizer"
         if light and (saved / "tokenizer.json").is_file():

@@ -86,6 +86,7 @@ class InfiniGramLogitsProcessor(_Base):
         if model_vocab_size is not None:
             check_model_vocab(index, int_arg("model_vocab_size", model_vocab_size, 1))
         self._checked_width = -1
+        self._last_width = -1  # only for the right-padding check (see _check_not_right_padded)
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
 
@@ -134,6 +135,25 @@ class InfiniGramLogitsProcessor(_Base):
             logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
         return row_of, tok, logv, lam
 
+    def _check_not_right_padded(self, rows: np.ndarray) -> None:
+        """Refuse a right-padded prompt (its rows would be scored after their padding: identical,
+        wrong rows). Checked when a generation starts (the ids are no longer than at the previous
+        call, or on the first call): some rows then end with pad_token_id while others do not --
+        transformers' own test for right padding, which it only warns about. Later in a generation,
+        finished rows legitimately end with padding, so later calls are not checked."""
+        width = rows.shape[1]
+        starting = width <= self._last_width or self._last_width < 0
+        self._last_width = width
+        if not starting or self.pad_token_id is None or rows.shape[0] < 2 or width < 2:
+            return
+        ends_pad = rows[:, -1] == self.pad_token_id
+        has_content = (rows != self.pad_token_id).any(axis=1)
+        if (ends_pad & has_content).any() and not ends_pad.all():
+            raise ValueError(
+                "input_ids look right-padded (some rows end with pad_token_id "
+                f"{self.pad_token_id}, others do not): decoder-only generation needs left padding, "
+                "e.g. tokenizer.padding_side = 'left' before tokenizer(texts, padding=True)")
+
     # ------------------------------------------------------------ the call
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -147,7 +167,9 @@ class InfiniGramLogitsProcessor(_Base):
                 raise ValueError(f"eos_token_id {self.eos_token_id} is outside the model's {width} scores")
             self._checked_width = width
         logp = torch.log_softmax(scores.float(), dim=-1)
-        row_of, tok, logv, lam = self._p_inf(input_ids.detach().cpu().numpy(), width)
+        rows_np = input_ids.detach().cpu().numpy()
+        self._check_not_right_padded(rows_np)
+        row_of, tok, logv, lam = self._p_inf(rows_np, width)
         if not len(row_of):
             return logp.to(scores.dtype)
         # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support

@@ -384,7 +384,7 @@ class _Loop:
             for i, path in enumerate(paths):
                 ids = self._hf_prefix(b, path)
                 groups.setdefault(len(ids), []).append((r, i, ids))
-        for items in groups.values():
+        for _, items in sorted(groups.items()):  # by length: a processor sees each step as one growing call
             rr = torch.tensor([it[0] for it in items], device=logits.device)
             ii = torch.tensor([it[1] for it in items], device=logits.device)
             ids = torch.stack([it[2] for it in items])

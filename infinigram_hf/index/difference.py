@@ -90,7 +90,7 @@ class DifferenceIndex:
         rng = np.random.default_rng(seed)
         picks = rng.choice(n, size=min(int(num_docs), n), replace=False) if n else []
         for d in sorted(int(x) for x in picks):
-            ids = self.removed.get_doc(d).token_ids
+            ids = self.removed.get_doc(d, decode=False).token_ids
             if len(ids) and self.index.count(ids) < self.removed.count(ids):
                 raise ValueError(f"removed document {d} ({len(ids)} tokens) occurs less often in "
                                  f"{self.index.paths[0]} than in {self.removed.paths[0]}: not a subset")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 import numpy as np
 
 from .._core import format as fmt
+from .._core import tokenization as tk
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
 from .._core.containment import check_contained
 from .._core.index_files import IndexDir
@@ -439,8 +440,12 @@ class InfiniGramIndex:
         shard = int(np.searchsorted(self._shard_docs, doc_id, side="right") - 1)
         return shard, int(doc_id - self._shard_docs[shard])
 
-    def get_doc(self, doc_id: int) -> Document:
-        """A document's token ids and metadata by its global id (0 .. num_docs - 1)."""
+    def get_doc(self, doc_id: int, *, decode: bool = True) -> Document:
+        """A document's token ids, metadata and text by its global id (0 .. num_docs - 1).
+
+        ``text`` is the ids decoded with the index's tokenizer (raw bytes for a byte-level
+        index, the saved tokenizer.json otherwise); None when the index has no tokenizer or
+        ``decode=False`` (ids only, no decoding cost)."""
         shard, local = self.doc_shard(doc_id)
         length = ffi.new("int64_t *")
         err = err_buffer()
@@ -450,7 +455,28 @@ class InfiniGramIndex:
             rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
             check(rc, err)
             metadata = self._docmeta[shard].get(local)
-        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard)
+        text = None
+        if decode:
+            tok = self._light_tokenizer()
+            text = tok.decode(out.tolist()) if tok is not None else None
+        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard, text=text)
+
+    def _light_tokenizer(self) -> Any:
+        """The tokenizer for decoding, read without transformers (None: ids only)."""
+        try:
+            return tk.index_tokenizer(self, light=True)
+        except ImportError:  # a saved tokenizer.json, but `tokenizers` is not installed
+            return None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer saved with the index, loaded as a transformers tokenizer (never running
+        code from it); a `ByteTokenizer` for a byte-level index; None for an index of token ids.
+        Without transformers installed, the saved tokenizer.json read with `tokenizers`."""
+        try:
+            return tk.index_tokenizer(self)
+        except ImportError:
+            return self._light_tokenizer()
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""
