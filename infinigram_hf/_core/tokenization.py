@@ -52,7 +52,11 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, ByteTokenizer):
         return tokenizer
     if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise ImportError(f"loading tokenizer {tokenizer!r} needs transformers, which is not installed: "
+                              f"pip install 'infinigram_hf[hf]' (or pass token ids / None for bytes)") from exc
 
         # trust_remote_code=False, said explicitly: a tokenizer saved in an index someone else made
         # may name code of its own (auto_map); transformers would otherwise ask on stdin whether

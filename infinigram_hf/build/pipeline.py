@@ -27,6 +27,7 @@ from .._core import format as fmt
 from .._core import tokenization as tk
 from .ingest import ByteText, ShardFeeder
 from .._core.native import lib
+from .._core.progress import progress_bar
 from .publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from .shard_writer import ShardWriter
 from ..index import InfiniGramIndex
@@ -220,7 +221,7 @@ def build_index(
             Only an index is ever replaced: anything else at out_dir (other files, a link) is
             refused with FileExistsError and left as it is.
         save_tokenizer: save an HF tokenizer inside the index (index/tokenizer/) for the CLI.
-        progress: show a tqdm progress bar (documents, tokens/s).
+        progress: show a tqdm progress bar (documents, tokens/s; none when tqdm is not installed).
         ntd_cache_min_cost: precompute the exact next-token distributions of the 1- to 3-token
             contexts whose walk at query time would take about this many suffix-array probes or
             more (file ntdcache.bin, a few % of the index); 0 turns it off.
@@ -255,9 +256,7 @@ def build_index(
     feeder: Optional[ShardFeeder] = None
     started = time.time()
     _phase("")
-    from tqdm.auto import tqdm  # (here: the rest of the package does not need it)
-
-    bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
+    bar = progress_bar(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
     try:
         shards: list[dict] = []
         tokens_seen = 0
