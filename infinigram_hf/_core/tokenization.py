@@ -144,16 +144,31 @@ class SavedTokenizer:
         return f"SavedTokenizer({self.name_or_path!r})"
 
 
+def _only_adds_tokens(tok: Any, vocab_size: int, stored: str) -> bool:
+    """Whether `tok` is the index's tokenizer with tokens added after its ids (e.g. a pad token
+    added with add_special_tokens): its table cut at the index's vocab_size hashes as stored."""
+    if isinstance(tok, ByteTokenizer) or not callable(getattr(tok, "get_vocab", None)):
+        return False
+    vocab = tok.get_vocab()
+    if len(vocab) <= vocab_size:
+        return False
+    items = sorted(((t, i) for t, i in vocab.items() if i < vocab_size), key=lambda kv: (kv[1], kv[0]))
+    digest = hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return "sha256:" + digest == stored
+
+
 def check_tokenizer(index: Any, tokenizer: Any) -> None:
     """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
 
-    Compares the vocabulary fingerprint stored in the index with the tokenizer's; an index built
-    from token ids without a tokenizer has none, and then only the sizes are compared.
+    Compares the vocabulary fingerprint stored in the index with the tokenizer's (a tokenizer that
+    only adds tokens after the index's ids, such as a pad token, passes: the ids it shares with
+    the index mean the same text); an index built from token ids without a tokenizer has none,
+    and then only the sizes are compared.
     """
     stored = index.vocab_fingerprint
     if stored is not None:
         got = vocab_fingerprint(tokenizer)
-        if got != stored:
+        if got != stored and not _only_adds_tokens(tokenizer, index.vocab_size, stored):
             raise TokenizerMismatchError(
                 f"tokenizer {tokenizer_name(tokenizer)!r} is not the one the index was built with "
                 f"({index.tokenizer_name!r} at {index.paths[0]}; vocabulary fingerprints differ: "

@@ -19,6 +19,7 @@ import torch
 from .._core.args import int_arg
 from .._core.ids import to_numpy
 from ..index import InfiniGramIndex
+from ..index.infinigram_index import as_index
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -33,7 +34,7 @@ class InfiniGramLogitsProcessor(_Base):
     """A `transformers.LogitsProcessor` that interpolates the model with an ∞-gram index.
 
     Args:
-        index: an open `InfiniGramIndex` built with the model's tokenizer.
+        index: an `InfiniGramIndex` (or its directory) built with the model's tokenizer.
         lambda_sparse: weight of P_∞ when its estimate is sparse (a single possible next token).
         lambda_dense: weight of P_∞ otherwise.
         min_effective_n: leave the neural distribution untouched (only log-softmaxed) when the
@@ -67,8 +68,7 @@ class InfiniGramLogitsProcessor(_Base):
                  tokenizer: Any = None, pad_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
                  cache_size: int = 4096):
-        if not isinstance(index, InfiniGramIndex):
-            raise ValueError(f"index must be an InfiniGramIndex, got {type(index).__name__}")
+        index = as_index(index)
         self.index = index
         self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
         self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")

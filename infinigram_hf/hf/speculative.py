@@ -138,6 +138,7 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
         drafter = InfiniGramDrafter(index, **(draft_options or {}))
     elif draft_options:
         raise ValueError("draft_options apply to the drafter made from index=; configure the drafter given instead")
+    _warn_vocab(model, drafter)
     stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, drafter)
     streamer = _generate_streamer()
     if streamer is not None and input_ids.shape[0] != 1:
@@ -178,6 +179,24 @@ def speculative_generate(model: Any, input_ids: torch.LongTensor, index: Any = N
     out = model.generate(input_ids, custom_generate=generate, index=index, drafter=drafter, draft_stats=box,
                          stop_strings=stop_strings, **generate_kwargs)
     return (out, box["stats"]) if return_stats else out
+
+
+def _warn_vocab(model: Any, drafter: InfiniGramDrafter) -> None:
+    """Drafts from an index of another vocabulary are only ever rejected (output stays correct,
+    just slower): say so once instead of running silently."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if drafter.index is None or not isinstance(vocab, int):
+        return
+    from ..lm.mixture import check_model_vocab
+    from .._core.errors import TokenizerMismatchError
+
+    try:
+        check_model_vocab(drafter.index, vocab)
+    except TokenizerMismatchError as exc:
+        import warnings
+
+        warnings.warn(f"the drafter's index cannot match the model's vocabulary ({exc}); its drafts will "
+                      f"be rejected", stacklevel=3)
 
 
 def _generate_streamer() -> Any:

@@ -529,3 +529,14 @@ class InfiniGramIndex:
         as an index built without them (the paper's subtractive property). Neither is closed
         with the result."""
         return DifferenceIndex(self, removed, verify=verify)
+
+
+def as_index(index: Any, name: str = "index") -> Any:
+    """An open index from what a caller may pass: an `InfiniGramIndex` or `DifferenceIndex` as
+    it is, an index directory (str or PathLike) opened, anything else a ValueError naming `name`."""
+    if isinstance(index, (InfiniGramIndex, DifferenceIndex)):
+        return index
+    if isinstance(index, (str, os.PathLike)):
+        return InfiniGramIndex.open(index)
+    raise ValueError(f"{name} must be an InfiniGramIndex or an index directory, got {type(index).__name__}")
+

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._core.args import float_arg, int_arg
 from .._core.errors import TokenizerMismatchError
+from .._core.tokenization import BYTES_NAME
 from ..index import InfiniGramIndex
 
 DEFAULT_LAMBDA_SPARSE = 0.5
@@ -32,12 +33,23 @@ def check_lambda(value: float, name: str) -> float:
     return float(value)
 
 
+# A byte-level index (ids = UTF-8 bytes) serves only a model whose ids are bytes too: such
+# models have a few hundred ids (256 bytes plus specials); a subword model has thousands.
+BYTE_MODEL_MAX_VOCAB = 512
+
+
 def check_model_vocab(index: InfiniGramIndex, model_vocab_size: int) -> None:
-    """The model must have a row for every id of the index (more rows are fine: padding)."""
+    """The model must have a row for every id of the index (more rows are fine: padding), and a
+    byte-level index is refused for a model with a subword vocabulary (its ids are not bytes)."""
     if model_vocab_size < index.vocab_size:
         raise TokenizerMismatchError(
             f"the model scores {model_vocab_size} tokens but the index at {index.paths[0]} has "
             f"{index.vocab_size} ids: the index was built with another tokenizer than the model's")
+    if index.tokenizer_name == BYTES_NAME and model_vocab_size > BYTE_MODEL_MAX_VOCAB:
+        raise TokenizerMismatchError(
+            f"the index at {index.paths[0]} is byte-level (its ids are UTF-8 bytes) but the model scores "
+            f"{model_vocab_size} tokens, a subword vocabulary: build the index with the model's tokenizer "
+            f"(build_index(..., tokenizer=tok))")
 
 
 
