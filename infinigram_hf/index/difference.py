@@ -138,6 +138,10 @@ class DifferenceIndex:
 
     # ------------------------------------------------------------ queries
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its two indexes (each by path); the copy owns the indexes it reopens."""
+        return _reopen_difference, (self.index, self.removed)
+
     def _call(self, fn: Any, *args: Any) -> None:
         err = err_buffer()
         with self.index.native_handle() as p, self.removed.native_handle() as m:
@@ -212,3 +216,8 @@ class DifferenceIndex:
                                     tail=(err, len(err)))
         check(rc, err)
         return ScoreResult.from_counts(num, den, slen, sparse)
+
+
+def _reopen_difference(index: Any, removed: Any) -> DifferenceIndex:
+    return DifferenceIndex(index, removed, owns=True)
+

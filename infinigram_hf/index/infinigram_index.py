@@ -3,6 +3,8 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import itertools
 import os
 import random
@@ -219,6 +221,14 @@ class InfiniGramIndex:
                 f"{self.paths[0] / fmt.META_FILE}: says {want_tokens} tokens / {want_docs} documents, "
                 f"the shard files hold {info.num_tokens} / {info.num_docs}")
 
+    def __reduce__(self) -> tuple:
+        """Pickled (and deep-copied) as its directories, reopened on load: DataLoader workers
+        under spawn / forkserver, `datasets.map` with num_proc. The digest of meta.json makes the
+        pickle -- and so `datasets`' fingerprint of a function using the index -- change when the
+        index is rebuilt, and stay the same across processes otherwise."""
+        digest = hashlib.sha256(json.dumps(self._metas, sort_keys=True, default=str).encode()).hexdigest()
+        return _reopen, ([str(p) for p in self.paths], digest)
+
     def close(self) -> None:
         """Close the index: queries started from now on raise; queries already running in
         other threads finish, and the files are unmapped (and the metadata files closed) when
@@ -314,19 +324,41 @@ class InfiniGramIndex:
 
     # ------------------------------------------------------------ counting
 
+    def _text_ids(self, text: str, name: str) -> np.ndarray:
+        """Text as token ids with the index's own tokenizer (saved with it, or bytes)."""
+        tok = self._light_tokenizer()
+        if tok is None:
+            raise ValueError(f"{name}: text needs the index's tokenizer (none is saved in the index); pass token ids")
+        return as_ids(tk.encode_texts(tok, [text])[0], name)
+
     def count(self, ids: Any) -> int:
-        """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
+        """Occurrences of the n-gram `ids` (the empty n-gram counts every token); `ids` may be
+        text when the index has a tokenizer (saved with it, or bytes)."""
+        buf = None
         if type(ids) is list and all(type(t) is int for t in ids):  # fast path (a few µs)
             try:
                 buf = ffi.new("uint32_t[]", ids)
             except (OverflowError, TypeError):
                 buf = None
-            if buf is not None:
-                ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
-                c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
-                del ix
-                if c >= 0:
-                    return int(c)
+        elif type(ids) is np.ndarray and ids.ndim == 1 and ids.dtype.kind in "ui":  # any width, as fast
+            if ids.dtype == np.uint32 and ids.flags.c_contiguous:
+                buf = ffi.from_buffer("uint32_t[]", ids)
+            elif ids.dtype.kind == "u" and ids.itemsize < 4:
+                buf = ffi.from_buffer("uint32_t[]", ids.astype(np.uint32))
+            else:
+                try:
+                    buf = ffi.new("uint32_t[]", ids.tolist())
+                except (OverflowError, TypeError):
+                    buf = None
+        elif isinstance(ids, str):
+            ids = self._text_ids(ids, "ids")
+            buf = ffi.from_buffer("uint32_t[]", ids)
+        if buf is not None:
+            ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
+            c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
+            del ix
+            if c >= 0:
+                return int(c)
         q = as_ids(ids)
         out = ffi.new("uint64_t *")
         err = err_buffer()
@@ -342,7 +374,7 @@ class InfiniGramIndex:
 
     def find(self, ids: Any) -> FindResult:
         """Suffix-array range [lo, hi) of the n-gram in every shard."""
-        q = as_ids(ids)
+        q = self._text_ids(ids, "ids") if isinstance(ids, str) else as_ids(ids)
         n = self.num_shards
         lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         err = err_buffer()
@@ -353,8 +385,19 @@ class InfiniGramIndex:
 
     # ------------------------------------------------------------ probabilities
 
+    def _prompt(self, prompt: Any) -> np.ndarray:
+        return self._text_ids(prompt, "prompt") if isinstance(prompt, str) else as_ids(prompt, "prompt")
+
+    def _token(self, token: Any) -> np.ndarray:
+        if isinstance(token, str):  # one token, as text
+            t = self._text_ids(token, "token")
+            if len(t) != 1:
+                raise ValueError(f"token: {token!r} is {len(t)} tokens, not one")
+            return t
+        return as_token(token)
+
     def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
-        q, t = as_ids(prompt, "prompt"), as_token(token)
+        q, t = self._prompt(prompt), self._token(token)
         out = ffi.new("ig_prob *")
         qp = ptr(q, "uint32_t")
         with self.native_handle() as ix:  # no message buffer unless the call fails (then asked again)
@@ -378,13 +421,14 @@ class InfiniGramIndex:
         `infinigram_hf.index.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
         return batch.prob_batch(self, prompts, tokens, **kw)
 
-    def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
-        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1)."""
-        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=False)
+    def ngram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
+        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1);
+        ``max_support`` as for `infgram_ntd`."""
+        return batch.ntd_one(self, self._prompt(prompt), infinite=False, max_support=max_support)
 
     def infgram_suffix_len(self, prompt: Any) -> int:
         """Length of the longest suffix of the prompt that occurs in the corpus."""
-        q = as_ids(prompt, "prompt")
+        q = self._prompt(prompt)
         out = ffi.new("int64_t *")
         err = err_buffer()
         with self.native_handle() as ix:
@@ -398,7 +442,7 @@ class InfiniGramIndex:
         ``max_support``: None = exact (the default). An int caps the work: a context with more
         occurrences and no precomputed distribution is sampled; the result says ``approximate``.
         """
-        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=True, max_support=max_support)
+        return batch.ntd_one(self, self._prompt(prompt), infinite=True, max_support=max_support)
 
     def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
         """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
@@ -414,8 +458,9 @@ class InfiniGramIndex:
 
     def score(self, ids: Any) -> ScoreResult:
         """P_∞(ids[i] | ids[:i]) for every position, in time linear in len(ids) whatever the
-        corpus (about one search per token); Ctrl-C stops it within a second."""
-        q = as_ids(ids)
+        corpus (about one search per token); Ctrl-C stops it within a second. Text is
+        tokenized with the index's tokenizer."""
+        q = self._text_ids(ids, "ids") if isinstance(ids, str) else as_ids(ids)
         bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
         if len(bad):
             t, i = int(q[bad[0]]), int(bad[0])
@@ -539,4 +584,9 @@ def as_index(index: Any, name: str = "index") -> Any:
     if isinstance(index, (str, os.PathLike)):
         return InfiniGramIndex.open(index)
     raise ValueError(f"{name} must be an InfiniGramIndex or an index directory, got {type(index).__name__}")
+
+
+def _reopen(paths: list, digest: str) -> "InfiniGramIndex":
+    """Unpickle an index: open its directories again (`digest` only marks the build)."""
+    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else paths)
 

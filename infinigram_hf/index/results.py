@@ -62,6 +62,11 @@ class NextTokenDistribution:
     def effective_n(self) -> int:
         return self.suffix_len + 1
 
+    @property
+    def prompt_count(self) -> int:
+        """The context's count, `total` (the name ProbResult uses for it)."""
+        return self.total
+
     def as_dict(self) -> dict[int, int]:
         """{token_id: count}."""
         return dict(zip(self.token_ids.tolist(), self.counts.tolist()))
@@ -170,6 +175,11 @@ class BatchNextTokenDistributions:
 
     def __len__(self) -> int:
         return len(self.total)
+
+    @property
+    def prompt_counts(self) -> np.ndarray:
+        """Each row's context count, `total` (the name the other batch results use)."""
+        return self.total
 
     @property
     def rows(self) -> np.ndarray:
