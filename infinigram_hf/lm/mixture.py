@@ -139,7 +139,13 @@ class PerplexityResult:
     by_effective_n: EffectiveNBreakdown
     scores: TokenScores
 
+    def __repr__(self) -> str:  # (summary numbers, not the per-token arrays of .scores)
+        return (f"PerplexityResult(perplexity={self.perplexity:.4f}, neural_perplexity={self.neural_perplexity:.4f}, "
+                f"relative_improvement={self.relative_improvement:.2f}, num_tokens={self.num_tokens}, "
+                f"lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f})")
+
     def summary(self) -> str:
+        """One line: tokens, the model's and the interpolated perplexity, the improvement, λ."""
         return (f"tokens {self.num_tokens:,}  neural PPL {self.neural_perplexity:.3f}  "
                 f"+∞-gram PPL {self.perplexity:.3f}  ({self.relative_improvement:.1f}% improvement, "
                 f"λ_sparse={self.lambda_sparse:.3f}, λ_dense={self.lambda_dense:.3f}, "
@@ -155,6 +161,12 @@ class LambdaFit:
     method: str
     iterations: int
     result: PerplexityResult
+
+    def __repr__(self) -> str:  # (the result holds per-token arrays: the default repr printed them all)
+        r = self.result
+        return (f"LambdaFit(lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f}, "
+                f"method={self.method!r}, iterations={self.iterations}, perplexity={r.perplexity:.4f}, "
+                f"neural_perplexity={r.neural_perplexity:.4f}, num_tokens={r.num_tokens})")
 
 
 def relative_improvement(ppl: float, neural_ppl: float) -> float:

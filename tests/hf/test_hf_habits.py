@@ -66,3 +66,18 @@ def test_paths_are_accepted_wherever_an_index_is(tiny_model, tiny_index, tiny_to
     assert out.shape[1] == ids.shape[1] + 4
     with pytest.raises(ValueError, match="index must be an InfiniGramIndex or an index directory"):
         InfiniGramLogitsProcessor(42)
+
+
+def test_results_print_short() -> None:
+    """issue 13: the LambdaFit repr printed whole per-token arrays."""
+    import numpy as np
+
+    from infinigram_hf import TokenScores, interpolate, tune_lambdas
+
+    n = 50_000
+    rng = np.random.default_rng(0)
+    s = TokenScores.from_arrays(neural_logprob=-rng.random(n), infgram_prob=rng.random(n), sparse=rng.random(n) < .3,
+                                effective_n=rng.integers(1, 9, n))
+    fit = tune_lambdas(s)
+    assert len(repr(fit)) < 300 and "lambda_sparse=" in repr(fit)
+    assert len(repr(interpolate(s))) < 300 and "perplexity=" in repr(interpolate(s))
