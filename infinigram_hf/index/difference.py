@@ -28,7 +28,9 @@ from .._core.errors import TokenizerMismatchError
 from .._core.ids import EMPTY_IDS, as_ids, as_token
 from .._core.interrupt import call_interruptibly
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from .results import NextTokenDistribution, ProbResult, ScoreResult
+from .batch import as_batch
+from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution,
+                      ProbResult, ScoreResult)
 
 if TYPE_CHECKING:
     from .infinigram_index import InfiniGramIndex
@@ -218,6 +220,75 @@ class DifferenceIndex:
         return ScoreResult.from_counts(num, den, slen, sparse)
 
 
+    # ------------------------------------------------------------ batches (row by row, exact)
+    # The batch forms of InfiniGramIndex, so that a difference goes wherever an index does (the
+    # logits processor, perplexity, analysis); each row is one net-count query.
+
+    def count_batch(self, queries: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> np.ndarray:
+        """Net counts of a batch of n-grams (the forms of `InfiniGramIndex.count_batch`)."""
+        rows = self._rows(queries, offsets, lengths, padding_side, "queries")
+        return np.array([self.count(r) for r in rows], dtype=np.int64)
+
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, *, infinite: bool = True, offsets: Any = None,
+                           lengths: Any = None, padding_side: str = "right", n_threads: int = 0) -> BatchProbResult:
+        """P(tokens[i] | prompts[i]) on net counts, ∞-gram or (infinite=False) fixed n."""
+        rows = self._rows(prompts, offsets, lengths, padding_side, "prompts")
+        toks = np.broadcast_to(np.asarray(tokens), (len(rows),))
+        res = [(self.infgram_prob if infinite else self.ngram_prob)(r, int(t)) for r, t in zip(rows, toks)]
+        return BatchProbResult.from_counts(np.array([r.count for r in res], dtype=np.uint64),
+                                           np.array([r.prompt_count for r in res], dtype=np.uint64),
+                                           np.array([r.suffix_len for r in res], dtype=np.int64),
+                                           np.array([r.sparse for r in res], dtype=bool))
+
+    def infgram_ntd_batch(self, prompts: Any, *, infinite: bool = True, offsets: Any = None, lengths: Any = None,
+                          padding_side: str = "right", **_: Any) -> BatchNextTokenDistributions:
+        """Next-token distributions of a batch on net counts, as CSR rows."""
+        rows = self._rows(prompts, offsets, lengths, padding_side, "prompts")
+        ds = [(self.infgram_ntd if infinite else self.ngram_ntd)(r) for r in rows]
+        offs = np.concatenate([[0], np.cumsum([len(d) for d in ds])]).astype(np.int64)
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt))  # noqa: E731
+        return BatchNextTokenDistributions(
+            offsets=offs, token_ids=cat([d.token_ids for d in ds], np.uint32), counts=cat([d.counts for d in ds], np.uint64),
+            total=np.array([d.total for d in ds], dtype=np.uint64), suffix_len=np.array([d.suffix_len for d in ds], dtype=np.int64),
+            sparse=np.array([d.sparse for d in ds], dtype=bool), approximate=np.zeros(len(ds), dtype=bool))
+
+    def score_batch(self, sequences: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> BatchScoreResult:
+        """Dense scoring of a batch on net counts."""
+        rows = self._rows(sequences, offsets, lengths, padding_side, "sequences")
+        rs = [self.score(r) for r in rows]
+        offs = np.concatenate([[0], np.cumsum([len(r) for r in rs])]).astype(np.int64)
+        cat = (lambda f, dt: np.concatenate([getattr(r, f) for r in rs]).astype(dt) if rs else np.zeros(0, dt))  # noqa: E731
+        return BatchScoreResult.from_counts(cat("counts", np.uint64), cat("prompt_counts", np.uint64),
+                                            cat("suffix_len", np.int64), cat("sparse", bool), offsets=offs)
+
+    def suffix_cache(self, **_: Any) -> "_DifferenceCache":
+        """What decoding loops ask an index for (`SuffixCache`'s ntd / ntd_batch / prob), here
+        answered query by query on net counts (no cached states)."""
+        return _DifferenceCache(self)
+
+    @staticmethod
+    def _rows(batch: Any, offsets: Any, lengths: Any, padding_side: str, name: str) -> list:
+        values, offs = as_batch(batch, offsets=offsets, lengths=lengths, padding_side=padding_side, name=name)
+        return [values[a:b] for a, b in zip(offs[:-1].tolist(), offs[1:].tolist())]
+
+
+class _DifferenceCache:
+    """SuffixCache's query methods over a DifferenceIndex."""
+
+    def __init__(self, index: DifferenceIndex):
+        self.index = index
+
+    def ntd(self, context: Any) -> NextTokenDistribution:
+        return self.index.infgram_ntd(context)
+
+    def ntd_batch(self, contexts: Any, **kw: Any) -> BatchNextTokenDistributions:
+        return self.index.infgram_ntd_batch(contexts, **kw)
+
+    def prob(self, context: Any, token: int) -> ProbResult:
+        return self.index.infgram_prob(context, token)
+
+
 def _reopen_difference(index: Any, removed: Any) -> DifferenceIndex:
     return DifferenceIndex(index, removed, owns=True)
-

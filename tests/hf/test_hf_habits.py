@@ -81,3 +81,22 @@ def test_results_print_short() -> None:
     fit = tune_lambdas(s)
     assert len(repr(fit)) < 300 and "lambda_sparse=" in repr(fit)
     assert len(repr(interpolate(s))) < 300 and "perplexity=" in repr(interpolate(s))
+
+
+def test_difference_index_goes_where_an_index_goes(tiny_model, tiny_tok, tmp_path) -> None:
+    """The processor and perplexity on `full minus removed` equal those on an index built
+    without the removed documents."""
+    full = build_index(TEXTS, tmp_path / "full", tokenizer=tiny_tok, progress=False)
+    removed = build_index(TEXTS[4:], tmp_path / "removed", tokenizer=tiny_tok, progress=False)
+    rebuilt = build_index(TEXTS[:4], tmp_path / "rebuilt", tokenizer=tiny_tok, progress=False)
+    diff = full.difference(removed)
+    tiny_tok.padding_side = "left"
+    batch = tiny_tok([TEXTS[0][100:160], TEXTS[4][50:70]], return_tensors="pt", padding=True)
+    scores = torch.randn(2, tiny_model.config.vocab_size)
+    got = InfiniGramLogitsProcessor(diff, tokenizer=tiny_tok)(batch.input_ids, scores)
+    want = InfiniGramLogitsProcessor(rebuilt, tokenizer=tiny_tok)(batch.input_ids, scores)
+    assert torch.allclose(got, want)
+    docs = [TEXTS[4][:600]]
+    a = perplexity(tiny_model, tiny_tok, docs, diff, progress=False)
+    b = perplexity(tiny_model, tiny_tok, docs, rebuilt, progress=False)
+    assert abs(a.perplexity - b.perplexity) < 1e-9 * b.perplexity
