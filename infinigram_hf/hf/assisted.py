@@ -55,6 +55,7 @@ class InfiniGramCandidateGenerator(_Base):
         self.matches: list[int] = []
 
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs: Any) -> tuple[torch.LongTensor, None]:
+        """input_ids plus the drafter's draft for them (no draft logits: verified by sample and match)."""
         if input_ids.shape[0] != 1:
             raise ValueError(f"transformers' assisted loop takes batch size 1, got {input_ids.shape[0]}")
         row = input_ids[0].detach().cpu().numpy()

@@ -113,18 +113,22 @@ class DifferenceIndex:
 
     @property
     def closed(self) -> bool:
+        """Whether this difference (or either of its indexes) is closed."""
         return self.index.closed or self.removed.closed
 
     @property
     def num_tokens(self) -> int:
+        """Tokens left after the removal (document separators excluded)."""
         return self.index.num_tokens - self.removed.num_tokens
 
     @property
     def num_docs(self) -> int:
+        """Documents left after the removal."""
         return self.index.num_docs - self.removed.num_docs
 
     @property
     def meta(self) -> dict:
+        """meta.json of the full index."""
         return self.index.meta
 
     def __getattr__(self, name: str) -> Any:
@@ -172,6 +176,7 @@ class DifferenceIndex:
         return self._prob(lib.ig_diff_infgram_prob, prompt, token)
 
     def infgram_suffix_len(self, prompt: Any) -> int:
+        """Length of the longest suffix of the prompt with a positive net count."""
         q = as_ids(prompt, "prompt")
         out = ffi.new("int64_t *")
         self._call(lib.ig_diff_infgram_suffix, ptr(q, "uint32_t"), len(q), out)

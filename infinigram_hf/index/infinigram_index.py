@@ -251,6 +251,7 @@ class InfiniGramIndex:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called (queries then raise)."""
         return self._ix is None
 
     def native_handle(self) -> _Query:
@@ -268,6 +269,7 @@ class InfiniGramIndex:
 
     @property
     def num_docs(self) -> int:
+        """Documents in the corpus (all shards, all directories)."""
         return int(self._info.num_docs)
 
     @property
@@ -282,10 +284,12 @@ class InfiniGramIndex:
 
     @property
     def token_width(self) -> int:
+        """Bytes per stored token id: 1, 2 or 4, chosen from the vocabulary size."""
         return int(self._info.token_width)
 
     @property
     def num_shards(self) -> int:
+        """Shards of the index (all directories of a union)."""
         return int(self._info.n_shards)
 
     @property
@@ -300,14 +304,17 @@ class InfiniGramIndex:
 
     @property
     def tokenizer_name(self) -> Optional[str]:
+        """Name of the tokenizer the index was built with ("bytes-utf8" for bytes; None for ids)."""
         return self.meta.get("tokenizer_name")
 
     @property
     def vocab_fingerprint(self) -> Optional[str]:
+        """sha256 of the tokenizer's (token, id) table, checked against tokenizers given later."""
         return self.meta.get("vocab_fingerprint")
 
     @property
     def eos_token_id(self) -> Optional[int]:
+        """The tokenizer's EOS id recorded at build time (None without one)."""
         return self.meta.get("eos_token_id")
 
     def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
@@ -367,10 +374,16 @@ class InfiniGramIndex:
         check(rc, err)
         return int(out[0])
 
-    def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
-        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.index.batch`
-        for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
-        return batch.count_batch(self, queries, **kw)
+    def count_batch(self, queries: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> np.ndarray:
+        """Counts of a batch of n-grams in one C call (int64 array).
+
+        A batch is a list of id sequences, one flat array with ``offsets`` (query i is
+        ``queries[offsets[i]:offsets[i+1]]``), or a padded 2-D array / tensor with ``lengths``
+        (the real ids at the ``padding_side`` end: "left" as HF pads for generation).
+        ``n_threads``: 0 = the CPUs this process may use."""
+        return batch.count_batch(self, queries, offsets=offsets, lengths=lengths, padding_side=padding_side,
+                                 n_threads=n_threads)
 
     def find(self, ids: Any) -> FindResult:
         """Suffix-array range [lo, hi) of the n-gram in every shard."""
@@ -416,10 +429,13 @@ class InfiniGramIndex:
         """∞-gram P(token | prompt): backs off to the longest suffix of the prompt that occurs."""
         return self._prob(lib.ig_infgram_prob, prompt, token)
 
-    def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
-        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
-        `infinigram_hf.index.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
-        return batch.prob_batch(self, prompts, tokens, **kw)
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, *, infinite: bool = True, offsets: Any = None,
+                           lengths: Any = None, padding_side: str = "right", n_threads: int = 0) -> "BatchProbResult":
+        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts);
+        ``infinite=False`` gives fixed-n probabilities. Batch forms as for `count_batch`;
+        ``tokens``: one id per prompt (or one for all)."""
+        return batch.prob_batch(self, prompts, tokens, infinite=infinite, offsets=offsets, lengths=lengths,
+                                padding_side=padding_side, n_threads=n_threads)
 
     def ngram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
         """Exact next-token distribution after the whole prompt (n = len(prompt) + 1);
@@ -444,15 +460,24 @@ class InfiniGramIndex:
         """
         return batch.ntd_one(self, self._prompt(prompt), infinite=True, max_support=max_support)
 
-    def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
-        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
-        `infinigram_hf.index.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
-        return batch.ntd_batch(self, prompts, **kw)
+    def infgram_ntd_batch(self, prompts: Any, *, infinite: bool = True, max_support: Optional[int] = None,
+                          offsets: Any = None, lengths: Any = None, padding_side: str = "right", n_threads: int = 0,
+                          max_entries: Optional[int] = batch.DEFAULT_MAX_ENTRIES) -> "BatchNextTokenDistributions":
+        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays
+        (``infinite=False``: fixed n). ``max_support``: sample contexts with more occurrences
+        (rows flagged approximate); ``max_entries``: cap on the result's entries over all rows.
+        Batch forms as for `count_batch`."""
+        return batch.ntd_batch(self, prompts, infinite=infinite, max_support=max_support, offsets=offsets,
+                               lengths=lengths, padding_side=padding_side, n_threads=n_threads,
+                               max_entries=max_entries)
 
-    def suffix_cache(self, **kw: Any) -> "SuffixCache":
+    def suffix_cache(self, *, max_states: int = 65536, max_distributions: int = 4096, lookback: int = 16,
+                     max_support: Optional[int] = None) -> "SuffixCache":
         """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
-        each generated token costing about one binary search (see `infinigram_hf.index.states`)."""
-        return SuffixCache(self, **kw)
+        each generated token costing about one binary search (see `infinigram_hf.index.states`
+        for the caps)."""
+        return SuffixCache(self, max_states=max_states, max_distributions=max_distributions, lookback=lookback,
+                           max_support=max_support)
 
     # ------------------------------------------------------------ dense scoring
 
@@ -469,10 +494,12 @@ class InfiniGramIndex:
             raise ValueError(f"ids: id {t} at position {i} is {what}")
         return batch.score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)[0]
 
-    def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
+    def score_batch(self, sequences: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> "BatchScoreResult":
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
-        exactly); see `infinigram_hf.index.batch.score_batch`."""
-        return batch.score_batch(self, sequences, **kw)
+        exactly). Batch forms as for `count_batch`."""
+        return batch.score_batch(self, sequences, offsets=offsets, lengths=lengths, padding_side=padding_side,
+                                 n_threads=n_threads)
 
     # ------------------------------------------------------------ documents
 

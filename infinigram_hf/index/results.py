@@ -25,6 +25,7 @@ class ProbResult:
 
     @classmethod
     def from_counts(cls, count: int, prompt_count: int, suffix_len: int, sparse: Any) -> "ProbResult":
+        """The result from raw counts (probabilities computed here)."""
         count, prompt_count = int(count), int(prompt_count)
         return cls(prob=count / prompt_count if prompt_count else 0.0, count=count, prompt_count=prompt_count,
                    suffix_len=int(suffix_len), sparse=bool(sparse))
@@ -54,12 +55,14 @@ class NextTokenDistribution:
     @classmethod
     def from_counts(cls, token_ids: np.ndarray, counts: np.ndarray, total: int, suffix_len: int, sparse: Any,
                     approximate: Any = False) -> "NextTokenDistribution":
+        """The result from raw counts (probabilities computed here)."""
         total = int(total)
         return cls(token_ids=token_ids, counts=counts, probs=counts / total if total else np.zeros(len(counts)),
                    total=total, suffix_len=int(suffix_len), sparse=bool(sparse), approximate=bool(approximate))
 
     @property
     def effective_n(self) -> int:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
 
     @property
@@ -95,6 +98,7 @@ class TokenProbs:
 
     @property
     def effective_n(self) -> np.ndarray:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
 
     def __len__(self) -> int:
@@ -112,6 +116,7 @@ class CountedProbs(TokenProbs):
     @classmethod
     def from_counts(cls, counts: np.ndarray, prompt_counts: np.ndarray, suffix_len: np.ndarray, sparse: np.ndarray,
                     **more: Any) -> Any:
+        """The result from raw counts (probabilities computed here)."""
         return cls(probs=ratio(counts, prompt_counts), counts=counts, prompt_counts=prompt_counts,
                    suffix_len=suffix_len, sparse=sparse.astype(bool), **more)
 
@@ -194,6 +199,7 @@ class BatchNextTokenDistributions:
 
     @property
     def effective_n(self) -> np.ndarray:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
 
     def __getitem__(self, i: int) -> NextTokenDistribution:

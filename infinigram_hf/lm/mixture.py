@@ -72,6 +72,7 @@ class TokenScores:
 
     @classmethod
     def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None) -> "TokenScores":
+        """TokenScores from per-token arrays (converted and checked for equal lengths)."""
         n = len(neural_logprob)
         arrays = [np.asarray(neural_logprob, dtype=np.float64), np.asarray(infgram_prob, dtype=np.float64),
                   np.asarray(sparse, dtype=bool), np.asarray(effective_n, dtype=np.int64),
@@ -97,6 +98,7 @@ class TokenScores:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "TokenScores":
+        """TokenScores saved with save()."""
         with np.load(path) as z:
             return cls.from_arrays(z["neural_logprob"], z["infgram_prob"], z["sparse"], z["effective_n"],
                                    z["doc_index"])

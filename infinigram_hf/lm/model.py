@@ -111,6 +111,7 @@ class InfiniGramLM:
 
     @property
     def vocab_size(self) -> int:
+        """Ids the LM scores: the index's vocabulary."""
         return self.index.vocab_size
 
     # ------------------------------------------------------------ text <-> ids
@@ -124,6 +125,7 @@ class InfiniGramLM:
         return as_ids(text)
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text with the LM's tokenizer (ValueError without one)."""
         if self.tokenizer is None:
             raise ValueError("this index has no saved tokenizer: decode the ids yourself")
         return self.tokenizer.decode([int(i) for i in ids])
@@ -208,10 +210,19 @@ class InfiniGramLM:
         return LMScoreResult(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
 
     def perplexity(self, texts: Union[str, Iterable[Any]], method: str = "kn", *, start: int = 1,
-                   **opts: Any) -> LMPerplexityResult:
-        """Perplexity over texts (strings or id sequences), each scored on its own; positions
-        before `start` (default 1: the first token has no context) are not counted. Back-off
-        floors zero probabilities at 1e-10 (floor=); the ∞-gram may give inf."""
+                   text_column: str = "text", **opts: Any) -> LMPerplexityResult:
+        """Perplexity over texts (strings or id sequences, or a `datasets.Dataset` with a
+        `text_column` or input_ids), each scored on its own; positions before `start` (default
+        1: the first token has no context) are not counted. Back-off floors zero probabilities
+        at 1e-10 (floor=); the ∞-gram may give inf."""
+        columns = getattr(texts, "column_names", None)
+        if type(texts).__module__.startswith("datasets.") and isinstance(columns, list):
+            if text_column in columns:
+                texts = texts[text_column]
+            elif "input_ids" in columns:
+                texts = texts["input_ids"]
+            else:
+                raise ValueError(f"the dataset has no {text_column!r} column (columns: {columns}); pass text_column=")
         if isinstance(texts, (str, np.ndarray)) or (isinstance(texts, Sequence) and texts and
                                                       isinstance(texts[0], (int, np.integer))):
             texts = [texts]

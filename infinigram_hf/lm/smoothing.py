@@ -125,25 +125,30 @@ class SmoothingParams:
     # ------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict:
+        """The parameters as plain JSON values."""
         return {"d1": self.d1.tolist(), "d2": self.d2.tolist(), "d3": self.d3.tolist(),
                 "theta": self.theta.tolist(), "max_depth": self.max_depth, "raw_top": self.raw_top,
                 "raw_all": self.raw_all, "witten_bell": self.witten_bell, "note": self.note}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SmoothingParams":
+        """Parameters from to_dict()'s output."""
         return cls(np.array(d["d1"]), np.array(d["d2"]), np.array(d["d3"]), np.array(d["theta"]),
                    max_depth=d.get("max_depth"), raw_top=bool(d.get("raw_top", False)),
                    raw_all=bool(d.get("raw_all", False)), witten_bell=bool(d.get("witten_bell", False)),
                    note=d.get("note", ""))
 
     def save(self, path: Union[str, Path]) -> None:
+        """Write the parameters as JSON (what lm-tune writes)."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "SmoothingParams":
+        """Parameters saved with save()."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def level_is_raw(self, depth: np.ndarray) -> np.ndarray:
+        """Whether context length `depth` uses raw (undiscounted) counts."""
         if self.raw_all:
             return np.ones(depth.shape, dtype=bool)
         if self.raw_top and self.max_depth is not None:

@@ -281,3 +281,15 @@ def test_options_of_another_method_are_refused(tmp_path):
         lm.generate([1], 3, method="infgram", decay=0.5, seed=0)
     assert lm.generate([1], 3, seed=0) is not None            # back-off, k=2: the defaults still work
     assert lm.perplexity([[1, 2, 3]], method="backoff", k=2).perplexity > 0
+
+
+def test_perplexity_takes_a_dataset(tmp_path):
+    """issue 13: InfiniGramLM.perplexity took lists only (infinigram_hf.perplexity takes a Dataset)."""
+    datasets = pytest.importorskip("datasets")
+    lm = InfiniGramLM(build_index(["the cat sat", "the cat ate"], tmp_path / "ix", progress=False))
+    texts = ["the cat", "a cat sat"]
+    want = lm.perplexity(texts).perplexity
+    assert lm.perplexity(datasets.Dataset.from_dict({"text": texts})).perplexity == want
+    assert lm.perplexity(datasets.Dataset.from_dict({"body": texts}), text_column="body").perplexity == want
+    with pytest.raises(ValueError, match="no 'text' column"):
+        lm.perplexity(datasets.Dataset.from_dict({"body": texts}))
