@@ -31,8 +31,8 @@ def test_perplexity_window_defaults_to_the_model_context(tiny_tok, tiny_index) -
         perplexity(model, tiny_tok, [TEXTS[1][:200]], tiny_index, window=128, progress=False)
 
 
-def test_tokenizer_with_an_added_pad_token_is_accepted(tiny_index) -> None:
-    tok = copy.deepcopy(make_tokenizer(TEXTS))
+def test_tokenizer_with_an_added_pad_token_is_accepted(tiny_index, tiny_tok) -> None:
+    tok = copy.deepcopy(tiny_tok)
     tok.add_special_tokens({"pad_token": "<pad>"})
     assert tok.pad_token_id == len(tok) - 1 == tiny_index.vocab_size
     proc = InfiniGramLogitsProcessor(tiny_index, tokenizer=tok)
