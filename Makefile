@@ -48,7 +48,7 @@ PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
 	touch $@
 
 venv-demo: $(DEMO_VENV)/.venv-ready
-	$(DEMO_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e .
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e ".[hf]"
 
 venv-test: $(TEST_VENV)/.venv-ready
 	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q -e ".[test]"

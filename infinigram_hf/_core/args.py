@@ -22,6 +22,16 @@ from typing import Any, Optional
 import numpy as np
 
 INT32_MAX = 2**31 - 1
+
+
+class _Unset:
+    """The default of an option whose absence means something else than None."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
 INT64_MAX = 2**63 - 1
 # The most tokens one draft may hold (drafts of more than a few dozen tokens are never accepted
 # whole; each token costs buffers of 8-byte entries).

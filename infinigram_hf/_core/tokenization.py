@@ -52,7 +52,11 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, ByteTokenizer):
         return tokenizer
     if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise ImportError(f"loading tokenizer {tokenizer!r} needs transformers, which is not installed: "
+                              f"pip install 'infinigram_hf[hf]' (or pass token ids / None for bytes)") from exc
 
         # trust_remote_code=False, said explicitly: a tokenizer saved in an index someone else made
         # may name code of its own (auto_map); transformers would otherwise ask on stdin whether
@@ -129,17 +133,42 @@ class SavedTokenizer:
     def decode(self, ids: Sequence[int], **_: Any) -> str:
         return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def get_vocab(self) -> dict:
+        """token -> id, added tokens included (what `vocab_fingerprint` hashes, as for the HF tokenizer)."""
+        return self._tokenizer.get_vocab(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def __repr__(self) -> str:
+        return f"SavedTokenizer({self.name_or_path!r})"
+
+
+def _only_adds_tokens(tok: Any, vocab_size: int, stored: str) -> bool:
+    """Whether `tok` is the index's tokenizer with tokens added after its ids (e.g. a pad token
+    added with add_special_tokens): its table cut at the index's vocab_size hashes as stored."""
+    if isinstance(tok, ByteTokenizer) or not callable(getattr(tok, "get_vocab", None)):
+        return False
+    vocab = tok.get_vocab()
+    if len(vocab) <= vocab_size:
+        return False
+    items = sorted(((t, i) for t, i in vocab.items() if i < vocab_size), key=lambda kv: (kv[1], kv[0]))
+    digest = hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return "sha256:" + digest == stored
+
 
 def check_tokenizer(index: Any, tokenizer: Any) -> None:
     """Raise TokenizerMismatchError unless `tokenizer` is the one the index was built with.
 
-    Compares the vocabulary fingerprint stored in the index with the tokenizer's; an index built
-    from token ids without a tokenizer has none, and then only the sizes are compared.
+    Compares the vocabulary fingerprint stored in the index with the tokenizer's (a tokenizer that
+    only adds tokens after the index's ids, such as a pad token, passes: the ids it shares with
+    the index mean the same text); an index built from token ids without a tokenizer has none,
+    and then only the sizes are compared.
     """
     stored = index.vocab_fingerprint
     if stored is not None:
         got = vocab_fingerprint(tokenizer)
-        if got != stored:
+        if got != stored and not _only_adds_tokens(tokenizer, index.vocab_size, stored):
             raise TokenizerMismatchError(
                 f"tokenizer {tokenizer_name(tokenizer)!r} is not the one the index was built with "
                 f"({index.tokenizer_name!r} at {index.paths[0]}; vocabulary fingerprints differ: "
@@ -171,7 +200,8 @@ def index_tokenizer(index: Any, tokenizer: Any = None, *, light: bool = False) -
         cached = _SAVED.get(index)
         if cached is not None and light in cached:
             return cached[light]
-    tok = getattr(index, "tokenizer", None)
+    # an object that carries its own tokenizer (not InfiniGramIndex.tokenizer, which asks here)
+    tok = None if isinstance(getattr(type(index), "tokenizer", None), property) else getattr(index, "tokenizer", None)
     if tok is None:
         saved = Path(index.paths[0]) / "tokenizer"
         if light and (saved / "tokenizer.json").is_file():

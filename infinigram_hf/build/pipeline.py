@@ -27,10 +27,11 @@ from .._core import format as fmt
 from .._core import tokenization as tk
 from .ingest import ByteText, ShardFeeder
 from .._core.native import lib
+from .._core.progress import progress_bar
 from .publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from .shard_writer import ShardWriter
 from ..index import InfiniGramIndex
-from .sources import Batch, iter_batches, source_length, source_paths
+from .sources import Batch, iter_batches, select_split, source_length, source_paths
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -83,6 +84,8 @@ _WORKER_TOKENIZER: Any = None
 
 def _worker_init(tok: Any) -> None:
     global _WORKER_TOKENIZER
+    # one process per CPU already; and a forked `tokenizers` would warn about its thread pool
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _WORKER_TOKENIZER = tok
 
 
@@ -96,6 +99,16 @@ def usable_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # (not Linux)
         return max(1, os.cpu_count() or 1)
+
+
+def _start_method() -> str:
+    """fork on Linux: the workers start in milliseconds and a script without an
+    ``if __name__ == "__main__":`` guard works (spawn and forkserver, Python 3.14's default,
+    import the script again in every worker, which then builds again). The workers only
+    tokenize, so the parent's threads are no concern. Elsewhere (macOS: fork is unsafe there)
+    spawn, which needs the guard."""
+    return "fork" if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods() \
+        else "spawn"
 
 
 def tokenizer_processes(tok: Any, num_proc: int, n_docs: Optional[int], batch_size: int) -> int:
@@ -144,7 +157,7 @@ class _Tokenized:
             if first is not None:
                 yield self._here(first)
             return
-        ctx = multiprocessing.get_context("spawn")
+        ctx = multiprocessing.get_context(_start_method())
         self.pool = ctx.Pool(self.procs, initializer=_worker_init, initargs=(self.tok,))
         # Keep text batches in order while workers tokenize ahead.
         pending: list = []
@@ -181,6 +194,33 @@ def _phase(what: str) -> None:
     _phase_clock[0] = now
 
 
+def _ids_need_vocab_size(batches: Iterator[Batch]) -> Iterator[Batch]:
+    """Token ids without tokenizer= or vocab_size= would be read as bytes (ids < 255): say what
+    to pass instead of failing later on the first id above 254."""
+    for b in batches:
+        if b.ids is not None:
+            raise ValueError("the source holds token ids (an input_ids column, or id sequences): pass "
+                             "vocab_size= (e.g. len(tokenizer)) or the tokenizer= that made them")
+        yield b
+
+
+def split_flat(flat: Any, offsets: Any) -> list:
+    """Documents of one flat 1-D id array cut at `offsets` (views, no copies)."""
+    import numpy as np
+
+    ids = np.asarray(flat)
+    off = np.asarray(offsets)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"with offsets=, source must be one flat 1-D array of integer ids, got "
+                         f"{ids.ndim}-D {ids.dtype}")
+    if off.ndim != 1 or len(off) < 1 or not np.issubdtype(off.dtype, np.integer):
+        raise ValueError("offsets must be a 1-D integer array of document starts plus the end")
+    if off[0] != 0 or off[-1] != len(ids) or (np.diff(off) < 0).any():
+        raise ValueError(f"offsets must rise from 0 to len(source) = {len(ids)}, got "
+                         f"{off[0]} .. {off[-1]}" + (" (not increasing)" if (np.diff(off) < 0).any() else ""))
+    return [ids[a:b] for a, b in zip(off[:-1].tolist(), off[1:].tolist())]
+
+
 def build_index(
     source: Any,
     out_dir: Union[str, os.PathLike],
@@ -197,6 +237,8 @@ def build_index(
     save_tokenizer: bool = True,
     progress: bool = True,
     ntd_cache_min_cost: int = 2048,
+    split: Optional[str] = None,
+    offsets: Any = None,
 ) -> InfiniGramIndex:
     """Build an ∞-gram index and return it opened.
 
@@ -215,16 +257,24 @@ def build_index(
             several shards whose counts add up at query time.
         max_shard_tokens: cap a shard's size (tokens plus one separator per document) below what
             the budget allows, e.g. to make shards of a fixed size.
-        num_proc: processes for tokenization (fast tokenizers are already multi-threaded).
+        num_proc: processes for tokenization (fast tokenizers are already multi-threaded); forked
+            on Linux, spawned elsewhere (a script then needs an ``if __name__ == "__main__":`` guard).
         overwrite: replace an existing index at out_dir (only once the new one is complete).
             Only an index is ever replaced: anything else at out_dir (other files, a link) is
             refused with FileExistsError and left as it is.
         save_tokenizer: save an HF tokenizer inside the index (index/tokenizer/) for the CLI.
-        progress: show a tqdm progress bar (documents, tokens/s).
+        progress: show a tqdm progress bar (documents, tokens/s; none when tqdm is not installed).
+        split: the split to index when `source` is a `datasets.DatasetDict` (required then).
+        offsets: with `source` one flat 1-D array of token ids, where each document starts
+            (document i is source[offsets[i]:offsets[i+1]]; len(docs) + 1 entries from 0 to
+            len(source)), as the batch queries take them.
         ntd_cache_min_cost: precompute the exact next-token distributions of the 1- to 3-token
             contexts whose walk at query time would take about this many suffix-array probes or
             more (file ntdcache.bin, a few % of the index); 0 turns it off.
     """
+    source = select_split(source, split)
+    if offsets is not None:
+        source = split_flat(source, offsets)
     if vocab_size is not None:
         vocab_size = _check_count("vocab_size", vocab_size, 1)
     if max_shard_tokens is not None:
@@ -237,6 +287,7 @@ def build_index(
     clean_stale_builds(out)  # it may put back an index a killed build had moved aside: check again
     check_out_dir(out, overwrite=overwrite)
 
+    vocab_size_given = vocab_size
     pretokenized_only = tokenizer is None and vocab_size is not None
     tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
     if tok is not None:
@@ -255,9 +306,7 @@ def build_index(
     feeder: Optional[ShardFeeder] = None
     started = time.time()
     _phase("")
-    from tqdm.auto import tqdm  # (here: the rest of the package does not need it)
-
-    bar = tqdm(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
+    bar = progress_bar(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
     try:
         shards: list[dict] = []
         tokens_seen = 0
@@ -278,6 +327,8 @@ def build_index(
 
         batches = iter_batches(source, text_column=text_column, metadata_columns=metadata_columns,
                                batch_size=batch_size)
+        if tokenizer is None and vocab_size_given is None:
+            batches = _ids_need_vocab_size(batches)
         if tok is not None:
             tokenized = _Tokenized(tok, tokenizer_processes(tok, num_proc, source_length(source), batch_size))
             stream = tokenized.map(batches)

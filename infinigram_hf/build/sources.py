@@ -31,6 +31,27 @@ def _is_dataset(source: Any) -> bool:
     return mod.startswith("datasets.") and hasattr(source, "iter")
 
 
+def _is_dataset_dict(source: Any) -> bool:
+    """A datasets.DatasetDict / IterableDatasetDict: a mapping of split names to datasets."""
+    return type(source).__module__.startswith("datasets.") and isinstance(source, dict)
+
+
+def select_split(source: Any, split: Optional[str]) -> Any:
+    """The dataset of `split` from a DatasetDict (iterating one gives its split names, which would
+    be indexed as 3-token documents); `split=` given for anything else is a ValueError."""
+    if _is_dataset_dict(source):
+        splits = list(source.keys())
+        if split is None:
+            raise ValueError(f"source is a DatasetDict with splits {splits}: pass split= (e.g. split={splits[0]!r}) "
+                             f"or source[{splits[0]!r}]")
+        if split not in source:
+            raise ValueError(f"split {split!r} is not in the DatasetDict (splits: {splits})")
+        return source[split]
+    if split is not None:
+        raise ValueError(f"split= applies to a datasets.DatasetDict, not to {type(source).__name__}")
+    return source
+
+
 def _pick_meta(row_batch: dict, columns: Sequence[str], n: int) -> List[Optional[dict]]:
     if not columns:
         return [None] * n

@@ -36,8 +36,8 @@ def _check_option_values(parser: argparse.ArgumentParser, args: argparse.Namespa
     a string (Python <= 3.12); refuse it rather than fail on a list later."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for action in sub.choices[args.command]._actions:
-        if action.option_strings and action.nargs is None and not isinstance(action, argparse._AppendAction) \
-                and isinstance(getattr(args, action.dest, None), list):  # (repeatable options hold lists)
+        if (action.option_strings and action.nargs is None and not isinstance(action, argparse._AppendAction)
+                and isinstance(getattr(args, action.dest, None), list)):  # (repeatable options hold lists)
             raise CLIError(f"{action.option_strings[-1]}: '--' is not a valid value")
 
 

@@ -40,6 +40,12 @@ def add_analyze(sub: Any) -> None:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    # checked before any work: the plots come last, after minutes of scoring
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("analyze writes plots with matplotlib, which is not installed: "
+                       "pip install 'infinigram_hf[plots]'")
     from ..analysis import analyze, plot_analysis, save_summary
     from ..lm.model import InfiniGramLM
 

@@ -40,12 +40,16 @@ def _add_method(p: argparse.ArgumentParser, default: str, default_k: str) -> Non
 def _method_kwargs(args: argparse.Namespace) -> dict:
     from ..lm.smoothing import SmoothingParams
 
-    k = None if str(args.k).lower() in ("all", "-1", "none") else int(args.k)
-    kw: dict = {"k": k, "decay": args.decay, "order": args.order}
-    if args.smoothing:
-        if not Path(args.smoothing).is_file():
-            raise CLIError(f"smoothing parameters not found: {args.smoothing}")
-        kw["smoothing"] = SmoothingParams.load(args.smoothing)
+    kw: dict = {}
+    if args.method == "backoff":
+        kw["k"] = None if str(args.k).lower() in ("all", "-1", "none") else int(args.k)
+        kw["decay"] = args.decay
+    if args.method in ("kn", "wb"):
+        kw["order"] = args.order
+        if args.smoothing:
+            if not Path(args.smoothing).is_file():
+                raise CLIError(f"smoothing parameters not found: {args.smoothing}")
+            kw["smoothing"] = SmoothingParams.load(args.smoothing)
     return kw
 
 
@@ -154,10 +158,6 @@ def add_lm_perplexity(sub: Any) -> None:
 def run_lm_perplexity(args: argparse.Namespace) -> int:
     lm = _open_lm(args)
     kw = _method_kwargs(args)
-    if args.method != "backoff":
-        kw.pop("k"), kw.pop("decay")
-    if args.method not in ("kn", "wb"):
-        kw.pop("order"), kw.pop("smoothing", None)
     r = lm.perplexity(_texts(args), args.method, start=args.start, eod=args.eod, **kw)
     print_json({"method": args.method, "perplexity": r.perplexity, "nll": r.nll, "bits_per_token": r.bits_per_token,
                 "tokens": r.num_tokens, "texts": r.num_texts, "seconds": round(r.seconds, 4),

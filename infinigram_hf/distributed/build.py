@@ -33,7 +33,7 @@ from ..build.sources import source_paths
 from ..build.publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from ..index import InfiniGramIndex
 from . import reading, shards
-from ._ray import connect, quiet_data_context, require_ray
+from ._ray import connect, quiet_data_context
 
 DEFAULT_SHARD_TOKENS = 1 << 30
 

@@ -55,6 +55,7 @@ class InfiniGramCandidateGenerator(_Base):
         self.matches: list[int] = []
 
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs: Any) -> tuple[torch.LongTensor, None]:
+        """input_ids plus the drafter's draft for them (no draft logits: verified by sample and match)."""
         if input_ids.shape[0] != 1:
             raise ValueError(f"transformers' assisted loop takes batch size 1, got {input_ids.shape[0]}")
         row = input_ids[0].detach().cpu().numpy()
@@ -79,10 +80,17 @@ def hf_assisted_generate(model: Any, input_ids: torch.LongTensor, logits_process
                          draft_options: Optional[dict] = None, **model_kwargs: Any) -> Any:
     """`custom_generate` callable: transformers' assisted loop with `InfiniGramCandidateGenerator`.
 
-    Batch size 1 only (transformers' rule). The generator is handed to the loop by shadowing
-    ``model._get_candidate_generator`` for the duration of the call (so one model object should
-    not run two of these calls at once from different threads).
+    Use it as ``model.generate(ids, custom_generate=hf_assisted_generate, index=index, ...)``;
+    called directly as ``hf_assisted_generate(model, ids, index=index, max_new_tokens=...)`` it
+    makes that generate() call itself (generate() prepares the processors, stopping criteria
+    and cache the loop needs). Batch size 1 only (transformers' rule). The generator is handed to
+    the loop by shadowing ``model._get_candidate_generator`` for the duration of the call (so one
+    model object should not run two of these calls at once from different threads).
     """
+    if stopping_criteria is None:  # a direct call: generate() always passes prepared criteria
+        return model.generate(input_ids, logits_processor=logits_processor, generation_config=generation_config,
+                              custom_generate=hf_assisted_generate, index=index, drafter=drafter,
+                              draft_options=draft_options, **model_kwargs)
     if drafter is None:
         if index is None:
             raise ValueError("pass index= (an InfiniGramIndex) or drafter= (an InfiniGramDrafter)")

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from ..index import InfiniGramIndex, is_index
+from ..index import InfiniGramIndex
+from ..index.infinigram_index import as_index
+from .._core.progress import progress_bar
 from ..lm.context import segments
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
 from .._core.tokenization import check_tokenizer
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 from .._core.tokenization import encode_texts
+
+
+DEFAULT_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -107,28 +111,45 @@ def _forward_kwargs(model: Any) -> set:
         return set()
 
 
-def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *, window: int = 1024,
-                 stride: int = 512, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
+def model_context(model: Any) -> Optional[int]:
+    """Positions the model can attend to (n_positions / max_position_embeddings), if it says."""
+    cfg = getattr(model, "config", None)
+    context = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+    return int(context) if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
+
+
+def default_window(model: Any, window: Optional[int], stride: Optional[int]) -> tuple[Any, Any]:
+    """window None -> min(1024, the model's context); stride None -> window // 2."""
+    if window is None:
+        context = model_context(model)
+        window = min(DEFAULT_WINDOW, context) if context is not None else DEFAULT_WINDOW
+    if stride is None and isinstance(window, int) and not isinstance(window, bool):
+        stride = max(1, window // 2)
+    return window, stride
+
+
+def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
+                 stride: Optional[int] = None, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
                  progress: bool = True) -> TokenScores:
     """Neural log-probability and ∞-gram estimate of every scored token (the cache behind
     `perplexity`, `interpolate` and `tune_lambdas`). Arguments as for `perplexity`."""
     import torch  # only here: importing infinigram_hf stays torch-free
+    window, stride = default_window(model, window, stride)
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     if window < 2 or stride >= window:
         raise ValueError(f"need 1 <= stride < window so that every scored token has context in its window "
                          f"(got window={window}, stride={stride})")
-    if not is_index(index):
-        raise ValueError(f"index must be an InfiniGramIndex or a RemoteIndex, got {type(index).__name__}")
+    index = as_index(index)
     if tokenizer is not None:
         check_tokenizer(index, tokenizer)
     cfg = getattr(model, "config", None)
     vocab = getattr(cfg, "vocab_size", None)
     if vocab is not None:
         check_model_vocab(index, int(vocab))
-    context = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
-    if isinstance(context, int) and window > context:
+    context = model_context(model)
+    if context is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context of {context} positions")
     docs = _documents(data, tokenizer, text_column)
     bos = _bos_id(tokenizer, model) if add_bos else None
@@ -155,7 +176,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, 
     wins.sort(key=lambda w: w.end - w.begin, reverse=True)  # similar lengths batch with little padding
     was_training = model.training
     model.eval()
-    bar = tqdm(total=total, unit="tok", desc="perplexity", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=total, unit="tok", desc="perplexity", disable=not progress, dynamic_ncols=True)
     try:
         with torch.inference_mode():
             for k in range(0, len(wins), batch_size):
@@ -215,8 +236,8 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
                                    scores.doc_index)
 
 
-def perplexity(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *, window: int = 1024,
-               stride: int = 512, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
+def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
+               stride: Optional[int] = None, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
                lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, text_column: str = "text",
                add_bos: bool = True, progress: bool = True) -> PerplexityResult:
     """Perplexity of `model` alone and interpolated with the ∞-gram of `index` on `data`.
@@ -227,8 +248,9 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
             when `data` is pre-tokenized.
         data: a `datasets.Dataset` with a text column, a list of strings, or a list of token-id
             sequences; one document each.
-        index: the ∞-gram index (built with the same tokenizer).
+        index: the ∞-gram index (built with the same tokenizer), or its directory.
         window, stride: the sliding window (tokens) and how far it moves; overlap is context only.
+            Defaults: min(1024, the model's context) and half the window.
         lambda_sparse, lambda_dense: mixture weights for sparse / other ∞-gram estimates
             (tune them on validation data with `tune_lambdas(result)`).
         batch_size: windows per forward pass.

@@ -18,7 +18,8 @@ import torch
 
 from .._core.args import INT32_MAX, int_arg, opt_int_arg
 from .._core.ids import to_numpy
-from ..index import InfiniGramIndex, is_index
+from ..index import InfiniGramIndex
+from ..index.infinigram_index import as_index
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
@@ -34,7 +35,7 @@ class InfiniGramLogitsProcessor(_Base):
     """A `transformers.LogitsProcessor` that interpolates the model with an ∞-gram index.
 
     Args:
-        index: an open `InfiniGramIndex` built with the model's tokenizer.
+        index: an `InfiniGramIndex` (or its directory) built with the model's tokenizer.
         lambda_sparse: weight of P_∞ when its estimate is sparse (a single possible next token).
         lambda_dense: weight of P_∞ otherwise.
         min_effective_n: leave the neural distribution untouched (only log-softmaxed) when the
@@ -75,8 +76,7 @@ class InfiniGramLogitsProcessor(_Base):
                  tokenizer: Any = None, pad_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
                  cache_size: int = 4096, max_copy_len: Optional[int] = None, copy_report: bool = False):
-        if not is_index(index):
-            raise ValueError(f"index must be an InfiniGramIndex or a RemoteIndex, got {type(index).__name__}")
+        index = as_index(index)
         if (max_copy_len is not None or copy_report) and not isinstance(index, InfiniGramIndex):
             raise ValueError("max_copy_len and copy_report need a local InfiniGramIndex (not a RemoteIndex)")
         self.index = index
@@ -99,6 +99,7 @@ class InfiniGramLogitsProcessor(_Base):
         self.max_copy_len = opt_int_arg("max_copy_len", max_copy_len, 1, INT32_MAX, "no guard")
         self.copy_report = bool(copy_report)
         self.copy_steps: list = []
+        self._last_width = -1  # only for the right-padding check (see _check_not_right_padded)
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
 
@@ -148,6 +149,25 @@ class InfiniGramLogitsProcessor(_Base):
             logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
         return row_of, tok, logv, lam
 
+    def _check_not_right_padded(self, rows: np.ndarray) -> None:
+        """Refuse a right-padded prompt (its rows would be scored after their padding: identical,
+        wrong rows). Checked when a generation starts (the ids are no longer than at the previous
+        call, or on the first call): some rows then end with pad_token_id while others do not --
+        transformers' own test for right padding, which it only warns about. Later in a generation,
+        finished rows legitimately end with padding, so later calls are not checked."""
+        width = rows.shape[1]
+        starting = width <= self._last_width or self._last_width < 0
+        self._last_width = width
+        if not starting or self.pad_token_id is None or rows.shape[0] < 2 or width < 2:
+            return
+        ends_pad = rows[:, -1] == self.pad_token_id
+        has_content = (rows != self.pad_token_id).any(axis=1)
+        if (ends_pad & has_content).any() and not ends_pad.all():
+            raise ValueError(
+                "input_ids look right-padded (some rows end with pad_token_id "
+                f"{self.pad_token_id}, others do not): decoder-only generation needs left padding, "
+                "e.g. tokenizer.padding_side = 'left' before tokenizer(texts, padding=True)")
+
     # ------------------------------------------------------------ the call
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -162,6 +182,7 @@ class InfiniGramLogitsProcessor(_Base):
             self._checked_width = width
         logp = torch.log_softmax(scores.float(), dim=-1)
         rows_np = input_ids.detach().cpu().numpy()
+        self._check_not_right_padded(rows_np)
         row_of, tok, logv, lam = self._p_inf(rows_np, width)
         if not len(row_of):
             return self._guard(rows_np, scores, logp).to(scores.dtype)

@@ -96,7 +96,7 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
              generation_config: Any = None, index: Optional[InfiniGramIndex] = None,
              drafter: Optional[InfiniGramDrafter] = None, draft_options: Optional[dict] = None,
              draft_tree: bool = False, tree_options: Optional[dict] = None, draft_stats: Optional[dict] = None,
-             **model_kwargs: Any) -> Any:
+             stop_strings: Any = None, **model_kwargs: Any) -> Any:
     """The decoding loop, as a `custom_generate` callable for ``model.generate``.
 
     generate() prepares the generation config, logits processors (warpers included when
@@ -109,10 +109,15 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
         draft_tree: verify several candidates at once as a token tree; tree_options: width=,
             max_nodes=, min_prob= for `InfiniGramDrafter.tree`.
         draft_stats: a dict that receives the run's `SpeculativeStats` under "stats".
+        stop_strings: stop at any of these strings, checked after every accepted token (a stop
+            string that spans several accepted draft tokens included). transformers does not hand
+            `tokenizer=` to a `custom_generate` callable, so the tokenizer is the one saved in the
+            index (else ValueError: pass stopping_criteria=[StopStringCriteria(tokenizer, ...)]).
 
-    Greedy and sampling (num_beams=1) are supported; output_scores / attentions / hidden states
-    are not (ValueError). Stopping criteria other than max length and EOS are checked after
-    every accepted token.
+    `streamer=` (batch size 1) receives every accepted token, in order, then end(). Greedy and
+    sampling (num_beams=1) are supported; output_scores / attentions / hidden states are not
+    (ValueError). Stopping criteria other than max length and EOS are checked after every
+    accepted token.
     """
     cfg = generation_config if generation_config is not None else model.generation_config
     if getattr(model.config, "is_encoder_decoder", False):
@@ -133,8 +138,13 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
         drafter = InfiniGramDrafter(index, **(draft_options or {}))
     elif draft_options:
         raise ValueError("draft_options apply to the drafter made from index=; configure the drafter given instead")
+    _warn_vocab(model, drafter)
+    stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, drafter)
+    streamer = _generate_streamer()
+    if streamer is not None and input_ids.shape[0] != 1:
+        raise ValueError(f"streamer= needs batch size 1 (as in transformers), got {input_ids.shape[0]} rows")
     loop = _Loop(model, input_ids, model_kwargs.get("attention_mask"), cfg, logits_processor, stopping_criteria,
-                 drafter, bool(draft_tree), dict(tree_options or {}))
+                 drafter, bool(draft_tree), dict(tree_options or {}), streamer)
     sequences, stats = loop.run()
     if draft_stats is not None:
         draft_stats["stats"] = stats
@@ -144,22 +154,82 @@ def generate(model: Any, input_ids: torch.LongTensor, logits_processor: Any = No
     return sequences
 
 
-def speculative_generate(model: Any, input_ids: torch.LongTensor, index: Optional[InfiniGramIndex] = None, *,
+def speculative_generate(model: Any, input_ids: torch.LongTensor, index: Any = None, *,
                          drafter: Optional[InfiniGramDrafter] = None, return_stats: bool = False,
-                         **generate_kwargs: Any) -> Any:
+                         stop_strings: Any = None, tokenizer: Any = None, **generate_kwargs: Any) -> Any:
     """``model.generate(input_ids, custom_generate=generate, index=index, ...)`` in one call.
 
     Any generate() argument works (attention_mask=, max_new_tokens=, do_sample=,
-    logits_processor=, draft_options=, draft_tree=, ...). With return_stats=True returns
-    (sequences, SpeculativeStats).
+    logits_processor=, streamer=, draft_options=, draft_tree=, ...); `stop_strings=` with
+    `tokenizer=` (or the index's saved tokenizer) stop at those strings. `index` may be an
+    index directory. With return_stats=True returns (sequences, SpeculativeStats).
 
     Example:
         >>> out = speculative_generate(model, ids, index, max_new_tokens=32)     # doctest: +SKIP
     """
+    if stop_strings is not None and tokenizer is not None:  # (generate() would drop the tokenizer)
+        from transformers import StoppingCriteriaList
+        from transformers.generation.stopping_criteria import StopStringCriteria
+
+        extra = StopStringCriteria(tokenizer, [stop_strings] if isinstance(stop_strings, str) else stop_strings)
+        generate_kwargs["stopping_criteria"] = StoppingCriteriaList(
+            list(generate_kwargs.get("stopping_criteria") or []) + [extra])
+        stop_strings = None
     box: dict = {}
     out = model.generate(input_ids, custom_generate=generate, index=index, drafter=drafter, draft_stats=box,
-                         **generate_kwargs)
+                         stop_strings=stop_strings, **generate_kwargs)
     return (out, box["stats"]) if return_stats else out
+
+
+def _warn_vocab(model: Any, drafter: InfiniGramDrafter) -> None:
+    """Drafts from an index of another vocabulary are only ever rejected (output stays correct,
+    just slower): say so once instead of running silently."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if drafter.index is None or not isinstance(vocab, int):
+        return
+    from ..lm.mixture import check_model_vocab
+    from .._core.errors import TokenizerMismatchError
+
+    try:
+        check_model_vocab(drafter.index, vocab)
+    except TokenizerMismatchError as exc:
+        import warnings
+
+        warnings.warn(f"the drafter's index cannot match the model's vocabulary ({exc}); its drafts will "
+                      f"be rejected", stacklevel=3)
+
+
+def _generate_streamer() -> Any:
+    """The `streamer=` of the model.generate() call running this `custom_generate` callable.
+    transformers puts the prompt into it, then hands a callable neither the streamer nor any way
+    to reach it; it is read from generate()'s frame (None when called otherwise)."""
+    import sys
+
+    frame = sys._getframe(2)
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "generate" and frame.f_locals.get("custom_generate") is generate:
+            return frame.f_locals.get("streamer")
+        frame = frame.f_back
+    return None
+
+
+def _with_stop_strings(stopping: Any, stop_strings: Any, drafter: InfiniGramDrafter) -> Any:
+    """`stopping` plus a StopStringCriteria for `stop_strings` with the index's saved tokenizer."""
+    if not stop_strings:
+        return stopping
+    index = drafter.index
+    tok = getattr(index, "tokenizer", None) if index is not None else None
+    if tok is None or not hasattr(tok, "convert_ids_to_tokens"):
+        raise ValueError("stop_strings needs the model's tokenizer, which transformers does not pass to a "
+                         "custom_generate callable and the index does not hold: use speculative_generate(..., "
+                         "stop_strings=..., tokenizer=tok) or stopping_criteria=[StopStringCriteria(tok, strings)]")
+    from transformers import StoppingCriteriaList
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    strings = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)
+    return StoppingCriteriaList(list(stopping or []) + [StopStringCriteria(tok, strings)])
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -171,8 +241,10 @@ class _Loop:
     row per active row (finished rows are dropped) and `kv_mask` says which columns it attends."""
 
     def __init__(self, model: Any, input_ids: torch.LongTensor, attention_mask: Optional[torch.Tensor], cfg: Any,
-                 processors: Any, stopping: Any, drafter: InfiniGramDrafter, tree: bool, tree_options: dict):
+                 processors: Any, stopping: Any, drafter: InfiniGramDrafter, tree: bool, tree_options: dict,
+                 streamer: Any = None):
         self.model, self.cfg, self.drafter, self.tree, self.tree_options = model, cfg, drafter, tree, tree_options
+        self.streamer = streamer  # (batch size 1: the prompt is already in it)
         self.device = getattr(model, "device", input_ids.device)  # inputs may come on the CPU
         input_ids = input_ids.to(self.device)
         if attention_mask is not None:
@@ -269,6 +341,8 @@ class _Loop:
                 accepted += len(path)
                 new, stop = self._truncate(b, new)
                 self.gen[b].extend(new)
+                if self.streamer is not None and new:
+                    self.streamer.put(torch.tensor([new], dtype=self.input_ids.dtype))
                 self.drafter.append(self.rows[b], new)
                 self.last[b] = new[-1] if new else self.last[b]
                 self.next_pos[b] += len(new)
@@ -296,6 +370,8 @@ class _Loop:
                 kv_mask = kv_mask[stay]
             kv_mask = kv_cache.drop_leading(cache, kv_mask)
             kv_mask = kv_cache.compact(cache, kv_mask)
+        if self.streamer is not None:
+            self.streamer.end()
         sequences = self._assemble()
         gen = np.array([len(g) for g in self.gen], dtype=np.int64)
         stats = SpeculativeStats(steps, row_steps, gen, drafted, accepted, t_draft, t_model,
@@ -384,7 +460,7 @@ class _Loop:
             for i, path in enumerate(paths):
                 ids = self._hf_prefix(b, path)
                 groups.setdefault(len(ids), []).append((r, i, ids))
-        for items in groups.values():
+        for _, items in sorted(groups.items()):  # by length: a processor sees each step as one growing call
             rr = torch.tensor([it[0] for it in items], device=logits.device)
             ii = torch.tensor([it[1] for it in items], device=logits.device)
             ids = torch.stack([it[2] for it in items])

@@ -28,7 +28,9 @@ from .._core.errors import TokenizerMismatchError
 from .._core.ids import EMPTY_IDS, as_ids, as_token
 from .._core.interrupt import call_interruptibly
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from .results import NextTokenDistribution, ProbResult, ScoreResult
+from .batch import as_batch
+from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution,
+                      ProbResult, ScoreResult)
 
 if TYPE_CHECKING:
     from .infinigram_index import InfiniGramIndex
@@ -90,7 +92,7 @@ class DifferenceIndex:
         rng = np.random.default_rng(seed)
         picks = rng.choice(n, size=min(int(num_docs), n), replace=False) if n else []
         for d in sorted(int(x) for x in picks):
-            ids = self.removed.get_doc(d).token_ids
+            ids = self.removed.get_doc(d, decode=False).token_ids
             if len(ids) and self.index.count(ids) < self.removed.count(ids):
                 raise ValueError(f"removed document {d} ({len(ids)} tokens) occurs less often in "
                                  f"{self.index.paths[0]} than in {self.removed.paths[0]}: not a subset")
@@ -111,18 +113,22 @@ class DifferenceIndex:
 
     @property
     def closed(self) -> bool:
+        """Whether this difference (or either of its indexes) is closed."""
         return self.index.closed or self.removed.closed
 
     @property
     def num_tokens(self) -> int:
+        """Tokens left after the removal (document separators excluded)."""
         return self.index.num_tokens - self.removed.num_tokens
 
     @property
     def num_docs(self) -> int:
+        """Documents left after the removal."""
         return self.index.num_docs - self.removed.num_docs
 
     @property
     def meta(self) -> dict:
+        """meta.json of the full index."""
         return self.index.meta
 
     def __getattr__(self, name: str) -> Any:
@@ -137,6 +143,10 @@ class DifferenceIndex:
         return f"DifferenceIndex({self.index!r} minus {self.removed!r})"
 
     # ------------------------------------------------------------ queries
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its two indexes (each by path); the copy owns the indexes it reopens."""
+        return _reopen_difference, (self.index, self.removed)
 
     def _call(self, fn: Any, *args: Any) -> None:
         err = err_buffer()
@@ -166,6 +176,7 @@ class DifferenceIndex:
         return self._prob(lib.ig_diff_infgram_prob, prompt, token)
 
     def infgram_suffix_len(self, prompt: Any) -> int:
+        """Length of the longest suffix of the prompt with a positive net count."""
         q = as_ids(prompt, "prompt")
         out = ffi.new("int64_t *")
         self._call(lib.ig_diff_infgram_suffix, ptr(q, "uint32_t"), len(q), out)
@@ -212,3 +223,77 @@ class DifferenceIndex:
                                     tail=(err, len(err)))
         check(rc, err)
         return ScoreResult.from_counts(num, den, slen, sparse)
+
+
+    # ------------------------------------------------------------ batches (row by row, exact)
+    # The batch forms of InfiniGramIndex, so that a difference goes wherever an index does (the
+    # logits processor, perplexity, analysis); each row is one net-count query.
+
+    def count_batch(self, queries: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> np.ndarray:
+        """Net counts of a batch of n-grams (the forms of `InfiniGramIndex.count_batch`)."""
+        rows = self._rows(queries, offsets, lengths, padding_side, "queries")
+        return np.array([self.count(r) for r in rows], dtype=np.int64)
+
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, *, infinite: bool = True, offsets: Any = None,
+                           lengths: Any = None, padding_side: str = "right", n_threads: int = 0) -> BatchProbResult:
+        """P(tokens[i] | prompts[i]) on net counts, ∞-gram or (infinite=False) fixed n."""
+        rows = self._rows(prompts, offsets, lengths, padding_side, "prompts")
+        toks = np.broadcast_to(np.asarray(tokens), (len(rows),))
+        res = [(self.infgram_prob if infinite else self.ngram_prob)(r, int(t)) for r, t in zip(rows, toks)]
+        return BatchProbResult.from_counts(np.array([r.count for r in res], dtype=np.uint64),
+                                           np.array([r.prompt_count for r in res], dtype=np.uint64),
+                                           np.array([r.suffix_len for r in res], dtype=np.int64),
+                                           np.array([r.sparse for r in res], dtype=bool))
+
+    def infgram_ntd_batch(self, prompts: Any, *, infinite: bool = True, offsets: Any = None, lengths: Any = None,
+                          padding_side: str = "right", **_: Any) -> BatchNextTokenDistributions:
+        """Next-token distributions of a batch on net counts, as CSR rows."""
+        rows = self._rows(prompts, offsets, lengths, padding_side, "prompts")
+        ds = [(self.infgram_ntd if infinite else self.ngram_ntd)(r) for r in rows]
+        offs = np.concatenate([[0], np.cumsum([len(d) for d in ds])]).astype(np.int64)
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt))  # noqa: E731
+        return BatchNextTokenDistributions(
+            offsets=offs, token_ids=cat([d.token_ids for d in ds], np.uint32), counts=cat([d.counts for d in ds], np.uint64),
+            total=np.array([d.total for d in ds], dtype=np.uint64), suffix_len=np.array([d.suffix_len for d in ds], dtype=np.int64),
+            sparse=np.array([d.sparse for d in ds], dtype=bool), approximate=np.zeros(len(ds), dtype=bool))
+
+    def score_batch(self, sequences: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> BatchScoreResult:
+        """Dense scoring of a batch on net counts."""
+        rows = self._rows(sequences, offsets, lengths, padding_side, "sequences")
+        rs = [self.score(r) for r in rows]
+        offs = np.concatenate([[0], np.cumsum([len(r) for r in rs])]).astype(np.int64)
+        cat = (lambda f, dt: np.concatenate([getattr(r, f) for r in rs]).astype(dt) if rs else np.zeros(0, dt))  # noqa: E731
+        return BatchScoreResult.from_counts(cat("counts", np.uint64), cat("prompt_counts", np.uint64),
+                                            cat("suffix_len", np.int64), cat("sparse", bool), offsets=offs)
+
+    def suffix_cache(self, **_: Any) -> "_DifferenceCache":
+        """What decoding loops ask an index for (`SuffixCache`'s ntd / ntd_batch / prob), here
+        answered query by query on net counts (no cached states)."""
+        return _DifferenceCache(self)
+
+    @staticmethod
+    def _rows(batch: Any, offsets: Any, lengths: Any, padding_side: str, name: str) -> list:
+        values, offs = as_batch(batch, offsets=offsets, lengths=lengths, padding_side=padding_side, name=name)
+        return [values[a:b] for a, b in zip(offs[:-1].tolist(), offs[1:].tolist())]
+
+
+class _DifferenceCache:
+    """SuffixCache's query methods over a DifferenceIndex."""
+
+    def __init__(self, index: DifferenceIndex):
+        self.index = index
+
+    def ntd(self, context: Any) -> NextTokenDistribution:
+        return self.index.infgram_ntd(context)
+
+    def ntd_batch(self, contexts: Any, **kw: Any) -> BatchNextTokenDistributions:
+        return self.index.infgram_ntd_batch(contexts, **kw)
+
+    def prob(self, context: Any, token: int) -> ProbResult:
+        return self.index.infgram_prob(context, token)
+
+
+def _reopen_difference(index: Any, removed: Any) -> DifferenceIndex:
+    return DifferenceIndex(index, removed, owns=True)

@@ -3,6 +3,7 @@ results out. Opening memory-maps the files; nothing is read until a query touche
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import itertools
 import os
@@ -16,6 +17,7 @@ import numpy as np
 
 from .._core import format as fmt
 from .._core import hub, official
+from .._core import tokenization as tk
 from .._core.tokenization import resolve_tokenizer
 from .._version import __version__
 from .._core.args import INT64_MAX, int_arg, opt_int_arg
@@ -359,6 +361,14 @@ class InfiniGramIndex:
                 f"{self.paths[0] / fmt.META_FILE}: says {want_tokens} tokens / {want_docs} documents, "
                 f"the shard files hold {info.num_tokens} / {info.num_docs}")
 
+    def __reduce__(self) -> tuple:
+        """Pickled (and deep-copied) as its directories, reopened on load: DataLoader workers
+        under spawn / forkserver, `datasets.map` with num_proc. The digest of meta.json makes the
+        pickle -- and so `datasets`' fingerprint of a function using the index -- change when the
+        index is rebuilt, and stay the same across processes otherwise."""
+        digest = hashlib.sha256(json.dumps(self._metas, sort_keys=True, default=str).encode()).hexdigest()
+        return _reopen, ([str(p) for p in self.paths], digest)
+
     def close(self) -> None:
         """Close the index: queries started from now on raise; queries already running in
         other threads finish, and the files are unmapped (and the metadata files closed) when
@@ -381,6 +391,7 @@ class InfiniGramIndex:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called (queries then raise)."""
         return self._ix is None
 
     def native_handle(self) -> _Query:
@@ -398,6 +409,7 @@ class InfiniGramIndex:
 
     @property
     def num_docs(self) -> int:
+        """Documents in the corpus (all shards, all directories)."""
         return int(self._info.num_docs)
 
     @property
@@ -412,10 +424,12 @@ class InfiniGramIndex:
 
     @property
     def token_width(self) -> int:
+        """Bytes per stored token id: 1, 2 or 4, chosen from the vocabulary size."""
         return int(self._info.token_width)
 
     @property
     def num_shards(self) -> int:
+        """Shards of the index (all directories of a union)."""
         return int(self._info.n_shards)
 
     @property
@@ -430,14 +444,17 @@ class InfiniGramIndex:
 
     @property
     def tokenizer_name(self) -> Optional[str]:
+        """Name of the tokenizer the index was built with ("bytes-utf8" for bytes; None for ids)."""
         return self.meta.get("tokenizer_name")
 
     @property
     def vocab_fingerprint(self) -> Optional[str]:
+        """sha256 of the tokenizer's (token, id) table, checked against tokenizers given later."""
         return self.meta.get("vocab_fingerprint")
 
     @property
     def eos_token_id(self) -> Optional[int]:
+        """The tokenizer's EOS id recorded at build time (None without one)."""
         return self.meta.get("eos_token_id")
 
     def _shard_info(self, shard: int) -> tuple[int, int, int, int]:
@@ -454,19 +471,41 @@ class InfiniGramIndex:
 
     # ------------------------------------------------------------ counting
 
+    def _text_ids(self, text: str, name: str) -> np.ndarray:
+        """Text as token ids with the index's own tokenizer (saved with it, or bytes)."""
+        tok = self._light_tokenizer()
+        if tok is None:
+            raise ValueError(f"{name}: text needs the index's tokenizer (none is saved in the index); pass token ids")
+        return as_ids(tk.encode_texts(tok, [text])[0], name)
+
     def count(self, ids: Any) -> int:
-        """Occurrences of the n-gram `ids` (the empty n-gram counts every token)."""
+        """Occurrences of the n-gram `ids` (the empty n-gram counts every token); `ids` may be
+        text when the index has a tokenizer (saved with it, or bytes)."""
+        buf = None
         if type(ids) is list and all(type(t) is int for t in ids):  # fast path (a few µs)
             try:
                 buf = ffi.new("uint32_t[]", ids)
             except (OverflowError, TypeError):
                 buf = None
-            if buf is not None:
-                ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
-                c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
-                del ix
-                if c >= 0:
-                    return int(c)
+        elif type(ids) is np.ndarray and ids.ndim == 1 and ids.dtype.kind in "ui":  # any width, as fast
+            if ids.dtype == np.uint32 and ids.flags.c_contiguous:
+                buf = ffi.from_buffer("uint32_t[]", ids)
+            elif ids.dtype.kind == "u" and ids.itemsize < 4:
+                buf = ffi.from_buffer("uint32_t[]", ids.astype(np.uint32))
+            else:
+                try:
+                    buf = ffi.new("uint32_t[]", ids.tolist())
+                except (OverflowError, TypeError):
+                    buf = None
+        elif isinstance(ids, str):
+            ids = self._text_ids(ids, "ids")
+            buf = ffi.from_buffer("uint32_t[]", ids)
+        if buf is not None:
+            ix = self._ix  # the _Query protocol, inlined: this reference keeps it mapped
+            c = lib.ig_count_fast(ix, buf, len(ids)) if ix is not None else -1
+            del ix
+            if c >= 0:
+                return int(c)
         q = as_ids(ids)
         out = ffi.new("uint64_t *")
         err = err_buffer()
@@ -475,14 +514,20 @@ class InfiniGramIndex:
         check(rc, err)
         return int(out[0])
 
-    def count_batch(self, queries: Any, **kw: Any) -> np.ndarray:
-        """Counts of a batch of n-grams in one C call (int64 array); see `infinigram_hf.index.batch`
-        for the accepted forms (list of sequences, offsets=, padded + lengths=) and n_threads=."""
-        return batch.count_batch(self, queries, **kw)
+    def count_batch(self, queries: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> np.ndarray:
+        """Counts of a batch of n-grams in one C call (int64 array).
+
+        A batch is a list of id sequences, one flat array with ``offsets`` (query i is
+        ``queries[offsets[i]:offsets[i+1]]``), or a padded 2-D array / tensor with ``lengths``
+        (the real ids at the ``padding_side`` end: "left" as HF pads for generation).
+        ``n_threads``: 0 = the CPUs this process may use."""
+        return batch.count_batch(self, queries, offsets=offsets, lengths=lengths, padding_side=padding_side,
+                                 n_threads=n_threads)
 
     def find(self, ids: Any) -> FindResult:
         """Suffix-array range [lo, hi) of the n-gram in every shard."""
-        q = as_ids(ids)
+        q = self._text_ids(ids, "ids") if isinstance(ids, str) else as_ids(ids)
         n = self.num_shards
         lo, hi = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         err = err_buffer()
@@ -493,8 +538,19 @@ class InfiniGramIndex:
 
     # ------------------------------------------------------------ probabilities
 
+    def _prompt(self, prompt: Any) -> np.ndarray:
+        return self._text_ids(prompt, "prompt") if isinstance(prompt, str) else as_ids(prompt, "prompt")
+
+    def _token(self, token: Any) -> np.ndarray:
+        if isinstance(token, str):  # one token, as text
+            t = self._text_ids(token, "token")
+            if len(t) != 1:
+                raise ValueError(f"token: {token!r} is {len(t)} tokens, not one")
+            return t
+        return as_token(token)
+
     def _prob(self, fn: Any, prompt: Any, token: Any) -> ProbResult:
-        q, t = as_ids(prompt, "prompt"), as_token(token)
+        q, t = self._prompt(prompt), self._token(token)
         out = ffi.new("ig_prob *")
         qp = ptr(q, "uint32_t")
         with self.native_handle() as ix:  # no message buffer unless the call fails (then asked again)
@@ -513,18 +569,22 @@ class InfiniGramIndex:
         """∞-gram P(token | prompt): backs off to the longest suffix of the prompt that occurs."""
         return self._prob(lib.ig_infgram_prob, prompt, token)
 
-    def infgram_prob_batch(self, prompts: Any, tokens: Any, **kw: Any) -> "BatchProbResult":
-        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts); see
-        `infinigram_hf.index.batch.prob_batch` (infinite=False gives fixed-n probabilities)."""
-        return batch.prob_batch(self, prompts, tokens, **kw)
+    def infgram_prob_batch(self, prompts: Any, tokens: Any, *, infinite: bool = True, offsets: Any = None,
+                           lengths: Any = None, padding_side: str = "right", n_threads: int = 0) -> "BatchProbResult":
+        """P_∞(tokens[i] | prompts[i]) for a batch in one C call (threads across prompts);
+        ``infinite=False`` gives fixed-n probabilities. Batch forms as for `count_batch`;
+        ``tokens``: one id per prompt (or one for all)."""
+        return batch.prob_batch(self, prompts, tokens, infinite=infinite, offsets=offsets, lengths=lengths,
+                                padding_side=padding_side, n_threads=n_threads)
 
-    def ngram_ntd(self, prompt: Any) -> NextTokenDistribution:
-        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1)."""
-        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=False)
+    def ngram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
+        """Exact next-token distribution after the whole prompt (n = len(prompt) + 1);
+        ``max_support`` as for `infgram_ntd`."""
+        return batch.ntd_one(self, self._prompt(prompt), infinite=False, max_support=max_support)
 
     def infgram_suffix_len(self, prompt: Any) -> int:
         """Length of the longest suffix of the prompt that occurs in the corpus."""
-        q = as_ids(prompt, "prompt")
+        q = self._prompt(prompt)
         out = ffi.new("int64_t *")
         err = err_buffer()
         with self.native_handle() as ix:
@@ -538,24 +598,34 @@ class InfiniGramIndex:
         ``max_support``: None = exact (the default). An int caps the work: a context with more
         occurrences and no precomputed distribution is sampled; the result says ``approximate``.
         """
-        return batch.ntd_one(self, as_ids(prompt, "prompt"), infinite=True, max_support=max_support)
+        return batch.ntd_one(self, self._prompt(prompt), infinite=True, max_support=max_support)
 
-    def infgram_ntd_batch(self, prompts: Any, **kw: Any) -> "BatchNextTokenDistributions":
-        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays; see
-        `infinigram_hf.index.batch.ntd_batch` (max_support= for sampled, flagged approximate rows)."""
-        return batch.ntd_batch(self, prompts, **kw)
+    def infgram_ntd_batch(self, prompts: Any, *, infinite: bool = True, max_support: Optional[int] = None,
+                          offsets: Any = None, lengths: Any = None, padding_side: str = "right", n_threads: int = 0,
+                          max_entries: Optional[int] = batch.DEFAULT_MAX_ENTRIES) -> "BatchNextTokenDistributions":
+        """Exact ∞-gram next-token distributions of a batch in one C call, as CSR arrays
+        (``infinite=False``: fixed n). ``max_support``: sample contexts with more occurrences
+        (rows flagged approximate); ``max_entries``: cap on the result's entries over all rows.
+        Batch forms as for `count_batch`."""
+        return batch.ntd_batch(self, prompts, infinite=infinite, max_support=max_support, offsets=offsets,
+                               lengths=lengths, padding_side=padding_side, n_threads=n_threads,
+                               max_entries=max_entries)
 
-    def suffix_cache(self, **kw: Any) -> "SuffixCache":
+    def suffix_cache(self, *, max_states: int = 65536, max_distributions: int = 4096, lookback: int = 16,
+                     max_support: Optional[int] = None) -> "SuffixCache":
         """A `SuffixCache` for decoding loops: ∞-gram states and distributions keyed by context,
-        each generated token costing about one binary search (see `infinigram_hf.index.states`)."""
-        return SuffixCache(self, **kw)
+        each generated token costing about one binary search (see `infinigram_hf.index.states`
+        for the caps)."""
+        return SuffixCache(self, max_states=max_states, max_distributions=max_distributions, lookback=lookback,
+                           max_support=max_support)
 
     # ------------------------------------------------------------ dense scoring
 
     def score(self, ids: Any) -> ScoreResult:
         """P_∞(ids[i] | ids[:i]) for every position, in time linear in len(ids) whatever the
-        corpus (about one search per token); Ctrl-C stops it within a second."""
-        q = as_ids(ids)
+        corpus (about one search per token); Ctrl-C stops it within a second. Text is
+        tokenized with the index's tokenizer."""
+        q = self._text_ids(ids, "ids") if isinstance(ids, str) else as_ids(ids)
         bad = np.flatnonzero(q >= self.vocab_size)  # (named here: the batch call would say "sequences[0]")
         if len(bad):
             t, i = int(q[bad[0]]), int(bad[0])
@@ -564,10 +634,12 @@ class InfiniGramIndex:
             raise ValueError(f"ids: id {t} at position {i} is {what}")
         return batch.score_batch(self, q, offsets=np.array([0, len(q)], dtype=np.int64), n_threads=1)[0]
 
-    def score_batch(self, sequences: Any, **kw: Any) -> "BatchScoreResult":
+    def score_batch(self, sequences: Any, *, offsets: Any = None, lengths: Any = None, padding_side: str = "right",
+                    n_threads: int = 0) -> "BatchScoreResult":
         """Dense scoring of a batch of sequences in one C call (long ones split across threads,
-        exactly); see `infinigram_hf.index.batch.score_batch`."""
-        return batch.score_batch(self, sequences, **kw)
+        exactly). Batch forms as for `count_batch`."""
+        return batch.score_batch(self, sequences, offsets=offsets, lengths=lengths, padding_side=padding_side,
+                                 n_threads=n_threads)
 
     # ------------------------------------------------------------ tracing texts to the corpus
 
@@ -608,8 +680,12 @@ class InfiniGramIndex:
         shard = int(np.searchsorted(self._shard_docs, doc_id, side="right") - 1)
         return shard, int(doc_id - self._shard_docs[shard])
 
-    def get_doc(self, doc_id: int) -> Document:
-        """A document's token ids and metadata by its global id (0 .. num_docs - 1)."""
+    def get_doc(self, doc_id: int, *, decode: bool = True) -> Document:
+        """A document's token ids, metadata and text by its global id (0 .. num_docs - 1).
+
+        ``text`` is the ids decoded with the index's tokenizer (raw bytes for a byte-level
+        index, the saved tokenizer.json otherwise); None when the index has no tokenizer or
+        ``decode=False`` (ids only, no decoding cost)."""
         shard, local = self.doc_shard(doc_id)
         length = ffi.new("int64_t *")
         err = err_buffer()
@@ -619,7 +695,28 @@ class InfiniGramIndex:
             rc = lib.ig_get_doc(ix, shard, local, ptr(out, "uint32_t"), len(out), length, err, len(err))
             check(rc, err)
             metadata = self._docmeta[shard].get(local)
-        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard)
+        text = None
+        if decode:
+            tok = self._light_tokenizer()
+            text = tok.decode(out.tolist()) if tok is not None else None
+        return Document(doc_id=int(doc_id), token_ids=out, metadata=metadata, shard=shard, text=text)
+
+    def _light_tokenizer(self) -> Any:
+        """The tokenizer for decoding, read without transformers (None: ids only)."""
+        try:
+            return tk.index_tokenizer(self, light=True)
+        except ImportError:  # a saved tokenizer.json, but `tokenizers` is not installed
+            return None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer saved with the index, loaded as a transformers tokenizer (never running
+        code from it); a `ByteTokenizer` for a byte-level index; None for an index of token ids.
+        Without transformers installed, the saved tokenizer.json read with `tokenizers`."""
+        try:
+            return tk.index_tokenizer(self)
+        except ImportError:
+            return self._light_tokenizer()
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""
@@ -672,3 +769,21 @@ class InfiniGramIndex:
         as an index built without them (the paper's subtractive property). Neither is closed
         with the result."""
         return DifferenceIndex(self, removed, verify=verify)
+
+
+def as_index(index: Any, name: str = "index") -> Any:
+    """An open index from what a caller may pass: an `InfiniGramIndex` or `DifferenceIndex` as
+    it is, an index directory (str or PathLike) opened, anything else a ValueError naming `name`."""
+    from .remote import RemoteIndex  # (the client: standard library only)
+    if isinstance(index, (InfiniGramIndex, DifferenceIndex, RemoteIndex)):
+        return index
+    if isinstance(index, (str, os.PathLike)):
+        return InfiniGramIndex.open(index)  # a directory, or http(s)://host:port/NAME
+    raise ValueError(f"{name} must be an InfiniGramIndex, a RemoteIndex or an index directory or URL, "
+                     f"got {type(index).__name__}")
+
+
+def _reopen(paths: list, digest: str) -> "InfiniGramIndex":
+    """Unpickle an index: open its directories again (`digest` only marks the build)."""
+    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else paths)
+

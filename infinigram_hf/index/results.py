@@ -25,6 +25,7 @@ class ProbResult:
 
     @classmethod
     def from_counts(cls, count: int, prompt_count: int, suffix_len: int, sparse: Any) -> "ProbResult":
+        """The result from raw counts (probabilities computed here)."""
         count, prompt_count = int(count), int(prompt_count)
         return cls(prob=count / prompt_count if prompt_count else 0.0, count=count, prompt_count=prompt_count,
                    suffix_len=int(suffix_len), sparse=bool(sparse))
@@ -54,13 +55,20 @@ class NextTokenDistribution:
     @classmethod
     def from_counts(cls, token_ids: np.ndarray, counts: np.ndarray, total: int, suffix_len: int, sparse: Any,
                     approximate: Any = False) -> "NextTokenDistribution":
+        """The result from raw counts (probabilities computed here)."""
         total = int(total)
         return cls(token_ids=token_ids, counts=counts, probs=counts / total if total else np.zeros(len(counts)),
                    total=total, suffix_len=int(suffix_len), sparse=bool(sparse), approximate=bool(approximate))
 
     @property
     def effective_n(self) -> int:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
+
+    @property
+    def prompt_count(self) -> int:
+        """The context's count, `total` (the name ProbResult uses for it)."""
+        return self.total
 
     def as_dict(self) -> dict[int, int]:
         """{token_id: count}."""
@@ -90,6 +98,7 @@ class TokenProbs:
 
     @property
     def effective_n(self) -> np.ndarray:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
 
     def __len__(self) -> int:
@@ -107,6 +116,7 @@ class CountedProbs(TokenProbs):
     @classmethod
     def from_counts(cls, counts: np.ndarray, prompt_counts: np.ndarray, suffix_len: np.ndarray, sparse: np.ndarray,
                     **more: Any) -> Any:
+        """The result from raw counts (probabilities computed here)."""
         return cls(probs=ratio(counts, prompt_counts), counts=counts, prompt_counts=prompt_counts,
                    suffix_len=suffix_len, sparse=sparse.astype(bool), **more)
 
@@ -172,6 +182,11 @@ class BatchNextTokenDistributions:
         return len(self.total)
 
     @property
+    def prompt_counts(self) -> np.ndarray:
+        """Each row's context count, `total` (the name the other batch results use)."""
+        return self.total
+
+    @property
     def rows(self) -> np.ndarray:
         """Row index of every entry (int64)."""
         return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.offsets))
@@ -184,6 +199,7 @@ class BatchNextTokenDistributions:
 
     @property
     def effective_n(self) -> np.ndarray:
+        """n of the n-gram used: the matched context length plus the token itself."""
         return self.suffix_len + 1
 
     def __getitem__(self, i: int) -> NextTokenDistribution:

@@ -226,6 +226,8 @@ def search_docs(index: Any, query: Any, maxnum: int = 10, *, max_clause_freq: in
     approximate = bool(stats.approximate)
     estimate = float(stats.estimate)
     want_text = has_text if decode is None else bool(decode)
+    if want_text and tok is None:  # (an id query asking for text: the index's own tokenizer)
+        tok = tk.index_tokenizer(index, light=True)
     finder = _SpanFinder(index, cnf, ids, term_off) if maxnum and len(doc_ids) else None
     docs = []
     budget = max_spans
@@ -319,8 +321,8 @@ def _is_cnf_of_ids(cnf: Any) -> bool:
 
 
 def _document(index: Any, doc_id: int, spans: _SpanFinder, tok: Any, limit: int) -> DocumentMatch:
-    doc = index.get_doc(doc_id)
-    text = tok.decode(doc.token_ids.tolist()) if tok is not None else doc.text
+    doc = index.get_doc(doc_id, decode=False)
+    text = tok.decode(doc.token_ids.tolist()) if tok is not None else None
     rows, capped = spans(doc_id, limit)
     return DocumentMatch(doc_id=doc.doc_id, token_ids=doc.token_ids, metadata=doc.metadata, shard=doc.shard,
                          text=text, spans=rows, spans_capped=capped)

@@ -206,6 +206,7 @@ class SuffixCache:
         return len(self._states.d)
 
     def clear(self) -> None:
+        """Drop every cached state and distribution (they never go stale; this frees memory)."""
         with self._lock:
             self._states.d.clear()
             self._dists.d.clear()

@@ -36,7 +36,7 @@ import numpy as np
 from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from .._core.ids import as_i64_ids
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from ..index import InfiniGramIndex, is_index
+from ..index.infinigram_index import as_index
 from .drafter_remote import RemoteDraftCalls
 from .context import context_start
 
@@ -172,13 +172,13 @@ class InfiniGramDrafter:
         >>> drafter.draft([1, 2, 3]).tokens                          # doctest: +SKIP
     """
 
-    def __init__(self, index: Optional[InfiniGramIndex], *, max_draft: int = 8, min_match: int = 2,
+    def __init__(self, index: Any, *, max_draft: int = 8, min_match: int = 2,
                  match_ratio: float = 2.0, min_count: int = 1, min_share: float = 0.2, min_joint: float = 0.05,
                  prompt_lookup: bool = True, lookup_min_match: int = 2, lookup_max_match: int = 64,
                  source: str = "lookup_first", eos_token_id: Optional[int] = None, cache: Any = None,
                  adaptive: bool = True, verify_cost: float = 0.05):
-        if index is not None and not is_index(index):
-            raise ValueError(f"index must be an InfiniGramIndex, a RemoteIndex or None, got {type(index).__name__}")
+        if index is not None:
+            index = as_index(index)
         self.index = index
         # sizes are checked before the buffers sized by them are made (max_draft=10**9 was 7.45 GiB)
         self.max_draft = int_arg("max_draft", max_draft, 0, MAX_DRAFT)

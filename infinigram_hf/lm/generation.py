@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._core.args import float_arg, int_arg, opt_int_arg
+from .._core.args import UNSET, float_arg, int_arg, opt_int_arg
 from .._core.native import ffi
 from .._core.errors import InfiniGramError
 from .._core.ids import as_ids
@@ -102,9 +102,9 @@ def _sampling(greedy: bool, temperature: float, top_k: int, top_p: float) -> Any
 
 def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, list]],
                         sample_chunk: Callable[..., Any], prompt: Union[str, Sequence[int], np.ndarray] = "",
-                        max_new_tokens: int = 200, *, method: str = "backoff", k: Optional[int] = 2,
-                        decay: float = 0.1, max_context: Optional[int] = None,
-                        order: Optional[int] = None, smoothing: Any = None, eod: bool = True,
+                        max_new_tokens: int = 200, *, method: str = "backoff", k: Any = UNSET,
+                        decay: Any = UNSET, max_context: Optional[int] = None,
+                        order: Any = UNSET, smoothing: Any = UNSET, eod: bool = True,
                         greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                         seed: Optional[int] = None, stop: Union[None, str, Sequence[str]] = None,
                         starts_with: str = "", ends_with: Optional[str] = None,
@@ -151,6 +151,8 @@ def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, 
     if isinstance(prompt, str) or starts_with:
         if lm.tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer: pass token ids")
+    if method == "backoff" and k is UNSET:
+        k = 2  # the post's generation setting: two levels avoid verbatim copying
     cfg, keep = configure(method, k=k, decay=decay, eod=eod, max_context=max_context, order=order,
                          smoothing=smoothing)
     smp = _sampling(greedy, temperature, top_k, top_p)

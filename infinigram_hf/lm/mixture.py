@@ -19,6 +19,7 @@ import numpy as np
 
 from .._core.args import float_arg, int_arg
 from .._core.errors import TokenizerMismatchError
+from .._core.tokenization import BYTES_NAME
 from ..index import InfiniGramIndex
 
 DEFAULT_LAMBDA_SPARSE = 0.5
@@ -32,12 +33,23 @@ def check_lambda(value: float, name: str) -> float:
     return float(value)
 
 
+# A byte-level index (ids = UTF-8 bytes) serves only a model whose ids are bytes too: such
+# models have a few hundred ids (256 bytes plus specials); a subword model has thousands.
+BYTE_MODEL_MAX_VOCAB = 512
+
+
 def check_model_vocab(index: InfiniGramIndex, model_vocab_size: int) -> None:
-    """The model must have a row for every id of the index (more rows are fine: padding)."""
+    """The model must have a row for every id of the index (more rows are fine: padding), and a
+    byte-level index is refused for a model with a subword vocabulary (its ids are not bytes)."""
     if model_vocab_size < index.vocab_size:
         raise TokenizerMismatchError(
             f"the model scores {model_vocab_size} tokens but the index at {index.paths[0]} has "
             f"{index.vocab_size} ids: the index was built with another tokenizer than the model's")
+    if index.tokenizer_name == BYTES_NAME and model_vocab_size > BYTE_MODEL_MAX_VOCAB:
+        raise TokenizerMismatchError(
+            f"the index at {index.paths[0]} is byte-level (its ids are UTF-8 bytes) but the model scores "
+            f"{model_vocab_size} tokens, a subword vocabulary: build the index with the model's tokenizer "
+            f"(build_index(..., tokenizer=tok))")
 
 
 
@@ -60,6 +72,7 @@ class TokenScores:
 
     @classmethod
     def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None) -> "TokenScores":
+        """TokenScores from per-token arrays (converted and checked for equal lengths)."""
         n = len(neural_logprob)
         arrays = [np.asarray(neural_logprob, dtype=np.float64), np.asarray(infgram_prob, dtype=np.float64),
                   np.asarray(sparse, dtype=bool), np.asarray(effective_n, dtype=np.int64),
@@ -85,6 +98,7 @@ class TokenScores:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "TokenScores":
+        """TokenScores saved with save()."""
         with np.load(path) as z:
             return cls.from_arrays(z["neural_logprob"], z["infgram_prob"], z["sparse"], z["effective_n"],
                                    z["doc_index"])
@@ -127,7 +141,13 @@ class PerplexityResult:
     by_effective_n: EffectiveNBreakdown
     scores: TokenScores
 
+    def __repr__(self) -> str:  # (summary numbers, not the per-token arrays of .scores)
+        return (f"PerplexityResult(perplexity={self.perplexity:.4f}, neural_perplexity={self.neural_perplexity:.4f}, "
+                f"relative_improvement={self.relative_improvement:.2f}, num_tokens={self.num_tokens}, "
+                f"lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f})")
+
     def summary(self) -> str:
+        """One line: tokens, the model's and the interpolated perplexity, the improvement, λ."""
         return (f"tokens {self.num_tokens:,}  neural PPL {self.neural_perplexity:.3f}  "
                 f"+∞-gram PPL {self.perplexity:.3f}  ({self.relative_improvement:.1f}% improvement, "
                 f"λ_sparse={self.lambda_sparse:.3f}, λ_dense={self.lambda_dense:.3f}, "
@@ -143,6 +163,12 @@ class LambdaFit:
     method: str
     iterations: int
     result: PerplexityResult
+
+    def __repr__(self) -> str:  # (the result holds per-token arrays: the default repr printed them all)
+        r = self.result
+        return (f"LambdaFit(lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f}, "
+                f"method={self.method!r}, iterations={self.iterations}, perplexity={r.perplexity:.4f}, "
+                f"neural_perplexity={r.neural_perplexity:.4f}, num_tokens={r.num_tokens})")
 
 
 def relative_improvement(ppl: float, neural_ppl: float) -> float:

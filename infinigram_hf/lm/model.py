@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._core import tokenization as tk
-from .._core.args import INT32_MAX, float_arg, int_arg, opt_int_arg
+from .._core.args import INT32_MAX, UNSET, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.ids import as_ids
 from ..index import InfiniGramIndex, is_index
@@ -117,6 +117,7 @@ class InfiniGramLM:
 
     @property
     def vocab_size(self) -> int:
+        """Ids the LM scores: the index's vocabulary."""
         return self.index.vocab_size
 
     # ------------------------------------------------------------ text <-> ids
@@ -130,6 +131,7 @@ class InfiniGramLM:
         return as_ids(text)
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text with the LM's tokenizer (ValueError without one)."""
         if self.tokenizer is None:
             raise ValueError("this index has no saved tokenizer: decode the ids yourself")
         return self.tokenizer.decode([int(i) for i in ids])
@@ -145,12 +147,25 @@ class InfiniGramLM:
             self._estimated[order] = SmoothingParams.modified_kn(self, order)
         return self._estimated[order]
 
-    def _config(self, method: str, *, k: Optional[int] = None, decay: float = 0.1, floor: float = 0.0,
-                eod: bool = False, max_context: Optional[int] = None, order: Optional[int] = None,
-                smoothing: Optional[SmoothingParams] = None) -> Tuple[Any, list]:
-        """A C ig_lm_config for the method, and the buffers it points into (keep them alive)."""
+    def _config(self, method: str, *, k: Any = UNSET, decay: Any = UNSET, floor: float = 0.0,
+                eod: bool = False, max_context: Optional[int] = None, order: Any = UNSET,
+                smoothing: Any = UNSET) -> Tuple[Any, list]:
+        """A C ig_lm_config for the method, and the buffers it points into (keep them alive).
+        An option of another method is refused (method="kn", k=3 once ignored k silently)."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        stray = [n for n, v in (("k", k), ("decay", decay)) if v is not UNSET and v is not None] \
+            if method != "backoff" else []
+        stray += [n for n, v in (("order", order), ("smoothing", smoothing)) if v is not UNSET and v is not None] \
+            if method not in ("kn", "wb") else []
+        if stray:
+            applies = {"k": "'backoff'", "decay": "'backoff'", "order": "'kn' and 'wb'", "smoothing": "'kn' and 'wb'"}
+            raise ValueError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} to method "
+                             f"{applies[stray[0]]} only, not {method!r}")
+        k = None if k is UNSET else k
+        decay = 0.1 if decay is UNSET else decay
+        order = None if order is UNSET else order
+        smoothing = None if smoothing is UNSET else smoothing
         mc = self.max_context if max_context is None else int_arg("max_context", max_context, 0, self.max_context)
         if k is not None and not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k < 0):
             k = int_arg("k", k, 1, INT32_MAX, "levels; None or -1 for all")
@@ -204,10 +219,19 @@ class InfiniGramLM:
         return LMScoreResult(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
 
     def perplexity(self, texts: Union[str, Iterable[Any]], method: str = "kn", *, start: int = 1,
-                   **opts: Any) -> LMPerplexityResult:
-        """Perplexity over texts (strings or id sequences), each scored on its own; positions
-        before `start` (default 1: the first token has no context) are not counted. Back-off
-        floors zero probabilities at 1e-10 (floor=); the ∞-gram may give inf."""
+                   text_column: str = "text", **opts: Any) -> LMPerplexityResult:
+        """Perplexity over texts (strings or id sequences, or a `datasets.Dataset` with a
+        `text_column` or input_ids), each scored on its own; positions before `start` (default
+        1: the first token has no context) are not counted. Back-off floors zero probabilities
+        at 1e-10 (floor=); the ∞-gram may give inf."""
+        columns = getattr(texts, "column_names", None)
+        if type(texts).__module__.startswith("datasets.") and isinstance(columns, list):
+            if text_column in columns:
+                texts = texts[text_column]
+            elif "input_ids" in columns:
+                texts = texts["input_ids"]
+            else:
+                raise ValueError(f"the dataset has no {text_column!r} column (columns: {columns}); pass text_column=")
         if isinstance(texts, (str, np.ndarray)) or (isinstance(texts, Sequence) and texts and
                                                       isinstance(texts[0], (int, np.integer))):
             texts = [texts]

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .._core.progress import progress_bar
+
 if TYPE_CHECKING:  # pragma: no cover
     from .model import InfiniGramLM
 
@@ -123,25 +125,30 @@ class SmoothingParams:
     # ------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict:
+        """The parameters as plain JSON values."""
         return {"d1": self.d1.tolist(), "d2": self.d2.tolist(), "d3": self.d3.tolist(),
                 "theta": self.theta.tolist(), "max_depth": self.max_depth, "raw_top": self.raw_top,
                 "raw_all": self.raw_all, "witten_bell": self.witten_bell, "note": self.note}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SmoothingParams":
+        """Parameters from to_dict()'s output."""
         return cls(np.array(d["d1"]), np.array(d["d2"]), np.array(d["d3"]), np.array(d["theta"]),
                    max_depth=d.get("max_depth"), raw_top=bool(d.get("raw_top", False)),
                    raw_all=bool(d.get("raw_all", False)), witten_bell=bool(d.get("witten_bell", False)),
                    note=d.get("note", ""))
 
     def save(self, path: Union[str, Path]) -> None:
+        """Write the parameters as JSON (what lm-tune writes)."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "SmoothingParams":
+        """Parameters saved with save()."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def level_is_raw(self, depth: np.ndarray) -> np.ndarray:
+        """Whether context length `depth` uses raw (undiscounted) counts."""
         if self.raw_all:
             return np.ones(depth.shape, dtype=bool)
         if self.raw_top and self.max_depth is not None:
@@ -266,6 +273,8 @@ def tune(rows: np.ndarray, start: SmoothingParams, vocab: int, *, depths: int = 
 
     opt = torch.optim.LBFGS(params, lr=1, max_iter=20, line_search_fn="strong_wolfe")
     best = math.inf
+    bar = progress_bar(total=steps, unit="round", desc="tuning KN (L-BFGS)", disable=not progress,
+                       dynamic_ncols=True)
     for step in range(steps):
         def closure() -> torch.Tensor:
             opt.zero_grad()
@@ -273,12 +282,13 @@ def tune(rows: np.ndarray, start: SmoothingParams, vocab: int, *, depths: int = 
             loss.backward()
             return loss
         loss = float(opt.step(closure).detach())
-        if progress:
-            print(f"tune step {step}: held-out ppl {math.exp(loss):.4f}")
+        bar.update(1)
+        bar.set_postfix(heldout_ppl=f"{math.exp(loss):.4f}")
         gain = best - loss
         best = min(best, loss)
         if gain < tol:
             break
+    bar.close()
     best = float(nll().detach())
     d1, d2, d3, th = (t.detach().numpy().copy() for t in current())
     return SmoothingParams(d1, d2, d3, th, max_depth=start.max_depth, raw_top=start.raw_top,
@@ -287,11 +297,14 @@ def tune(rows: np.ndarray, start: SmoothingParams, vocab: int, *, depths: int = 
 
 
 def fit(lm: "InfiniGramLM", heldout: Union[str, Sequence[Any]], *, start: Optional[SmoothingParams] = None,
-        depths: int = DEFAULT_UNBOUNDED_DEPTHS, first: int = 1, eod: bool = False, **kw: Any) -> SmoothingParams:
+        depths: int = DEFAULT_UNBOUNDED_DEPTHS, first: int = 1, eod: bool = False, progress: bool = True,
+        **kw: Any) -> SmoothingParams:
     """Tune unbounded-order KN on held-out text: `lm` must be over an index that does NOT
     contain `heldout` (e.g. the first 90% of the training split, held-out = the last 10%); the
     parameters then serve an LM over the whole training split. Positions before `first` of each
-    text are left out, as in perplexity(). Returns the tuned SmoothingParams.
+    text are left out, as in perplexity(). Shows progress bars (counting, then each L-BFGS
+    round with the held-out perplexity; `progress=False` silences them). Returns the tuned
+    SmoothingParams.
 
     Example:
         >>> params = fit(InfiniGramLM(tune_index), heldout_text)        # doctest: +SKIP
@@ -300,14 +313,18 @@ def fit(lm: "InfiniGramLM", heldout: Union[str, Sequence[Any]], *, start: Option
     texts = [heldout] if isinstance(heldout, str) else list(heldout)
     start = start if start is not None else lm.smoothing(None)
     parts, offset = [], 0
+    bar = progress_bar(total=len(texts), unit="text", desc="counting held-out levels", disable=not progress,
+                       dynamic_ncols=True)
     for t in texts:
+        bar.update(1)
         ids = lm.encode(t)
         r = lm.levels(ids, begin=min(first, len(ids)), max_depth=lm.max_context if start.max_depth is None
                       else start.max_depth, eod=eod, with_cont=True)
         r[:, COL_POS] += offset  # positions of different texts must not collide
         offset += len(ids)
         parts.append(r)
+    bar.close()
     rows = np.concatenate(parts) if parts else np.zeros((0, 14), dtype=np.int64)
     if not len(rows):
         raise ValueError("no held-out positions to tune on")
-    return tune(rows, start, lm.vocab_size + (1 if eod else 0), depths=depths, **kw)
+    return tune(rows, start, lm.vocab_size + (1 if eod else 0), depths=depths, progress=progress, **kw)

@@ -14,6 +14,7 @@ from infinigram_hf import build_index
 from infinigram_hf.lm import InfiniGramLM
 from infinigram_hf.lm.generation import GenerationError
 from lm_reference import EOD, LMReference, chi_square_z, make_lm, random_corpus
+from conftest import make_index
 
 
 CASES = [(seed, shards) for seed in range(4) for shards in (1, 3)]
@@ -267,3 +268,28 @@ def test_word_and_bpe_level(tmp_path, make_tok):
     assert g is not None and g.text.strip().startswith("lazy") and g.text.endswith("day")
     r = lm.perplexity(["the quick brown dog sleeps"], method="kn")
     assert np.isfinite(r.perplexity) and r.num_tokens >= 3
+
+
+def test_options_of_another_method_are_refused(tmp_path):
+    """issue 13: method="kn", k=3 used to ignore k silently."""
+    lm = InfiniGramLM(make_index([[1, 2, 3, 1, 2, 4]], tmp_path, vocab_size=8))
+    with pytest.raises(ValueError, match="k applies to method 'backoff' only, not 'kn'"):
+        lm.perplexity([[1, 2, 3]], method="kn", k=3)
+    with pytest.raises(ValueError, match="order applies to method 'kn' and 'wb' only"):
+        lm.score([1, 2, 3], "backoff", order=3)
+    with pytest.raises(ValueError, match="decay applies"):
+        lm.generate([1], 3, method="infgram", decay=0.5, seed=0)
+    assert lm.generate([1], 3, seed=0) is not None            # back-off, k=2: the defaults still work
+    assert lm.perplexity([[1, 2, 3]], method="backoff", k=2).perplexity > 0
+
+
+def test_perplexity_takes_a_dataset(tmp_path):
+    """issue 13: InfiniGramLM.perplexity took lists only (infinigram_hf.perplexity takes a Dataset)."""
+    datasets = pytest.importorskip("datasets")
+    lm = InfiniGramLM(build_index(["the cat sat", "the cat ate"], tmp_path / "ix", progress=False))
+    texts = ["the cat", "a cat sat"]
+    want = lm.perplexity(texts).perplexity
+    assert lm.perplexity(datasets.Dataset.from_dict({"text": texts})).perplexity == want
+    assert lm.perplexity(datasets.Dataset.from_dict({"body": texts}), text_column="body").perplexity == want
+    with pytest.raises(ValueError, match="no 'text' column"):
+        lm.perplexity(datasets.Dataset.from_dict({"body": texts}))

@@ -161,3 +161,17 @@ def test_tuning_lowers_heldout_nll(tmp_path):
     assert "tuned on" in tuned.note
     with pytest.raises(ValueError, match="Witten-Bell"):
         tune(lm.levels(held), SmoothingParams.witten_bell_params(), 256)
+
+
+def test_fit_shows_progress_unless_asked_not_to(tmp_path, capsys):
+    """issue 13: fit ran for minutes in silence."""
+    pytest.importorskip("tqdm")
+    rng = random.Random(1)
+    text = lambda n: [b for _ in range(n) for b in (rng.choice(["ab", "ba", "abc"]) + " ").encode()]  # noqa: E731
+    lm = make_lm(tmp_path, [text(60)], 256)
+    held = text(10)
+    fit(lm, [held], depths=2, steps=1)
+    err = capsys.readouterr().err
+    assert "counting held-out levels" in err and "tuning KN" in err and "heldout_ppl" in err
+    fit(lm, [held], depths=2, steps=1, progress=False)
+    assert capsys.readouterr().err == ""

@@ -12,6 +12,7 @@ id needed) and slides a window with a stride instead of truncating.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import datasets
@@ -45,7 +46,8 @@ Args:
     index: an open `infinigram_hf.InfiniGramIndex`, or the path of an index directory.
     tokenizer (optional): the tokenizer object or directory; defaults to the model directory's,
         then to the one saved inside the index.
-    window (int, default 1024), stride (int, default 512): the sliding window.
+    window (int, default min(1024, the model's context)), stride (int, default window // 2): the
+        sliding window.
     lambda_sparse (float), lambda_dense (float): mixture weights.
     batch_size (int, default 8): windows per forward pass.
     add_bos (bool, default True): condition each text's first token on BOS/EOS.
@@ -90,14 +92,14 @@ class InfinigramPerplexity(evaluate.Metric):
         )
 
     def _compute(self, predictions, model: Any = None, index: Any = None, tokenizer: Any = None,
-                 window: int = 1024, stride: int = 512, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
+                 window: Optional[int] = None, stride: Optional[int] = None, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
                  lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, add_bos: bool = True,
                  device: Optional[str] = None, progress: bool = False):
         import numpy as np
 
         if model is None or index is None:
             raise ValueError("pass model= (a model object or a local directory) and index= (an index or its path)")
-        own_index = not isinstance(index, InfiniGramIndex)
+        own_index = isinstance(index, (str, os.PathLike))
         ix = InfiniGramIndex.open(index) if own_index else index
         try:
             tok = _load_tokenizer(tokenizer, model, ix)
