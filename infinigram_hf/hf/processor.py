@@ -19,6 +19,7 @@ import torch
 from .._core.args import int_arg
 from .._core.ids import to_numpy
 from ..index import InfiniGramIndex
+from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -88,6 +89,7 @@ class InfiniGramLogitsProcessor(_Base):
         self._checked_width = -1
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
+        self._rows = RowStates(self._cache)  # the rows that grew by one token: one C call per step
 
     # ------------------------------------------------------------ contexts
 
@@ -106,9 +108,8 @@ class InfiniGramLogitsProcessor(_Base):
     def _p_inf(self, rows_np: np.ndarray, width: int):
         """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
         stays neural). One batched, cached query for all rows."""
-        n, width_ids = rows_np.shape
-        lengths = width_ids - self.context_starts(rows_np)
-        d = self._cache.ntd_batch(rows_np, lengths=lengths, padding_side="left")
+        n = len(rows_np)
+        d = self._rows.ntd(rows_np, self.context_starts(rows_np))
         row_of = d.rows
         tok = d.token_ids.astype(np.int64)
         cnt = d.counts.astype(np.float64)

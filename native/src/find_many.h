@@ -18,7 +18,9 @@
 
 /* Searches kept in flight; enough to cover memory latency with the few loads each one issues
    per step, small enough that all their state stays in L1. */
+#ifndef IG_FIND_LANES
 #define IG_FIND_LANES 16
+#endif
 
 typedef struct {
     const uint32_t *q; /* the query's ids (checked by the caller) */
