@@ -22,6 +22,7 @@ from ..index import InfiniGramIndex
 from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
+from .mixing import mix_sparse
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -151,24 +152,9 @@ class InfiniGramLogitsProcessor(_Base):
         row_of, tok, logv, lam = self._p_inf(input_ids.detach().cpu().numpy(), width)
         if not len(row_of):
             return logp.to(scores.dtype)
-        # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
-        # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
-        dev = logp.device
-        with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
-            shift = np.log1p(-lam)
-        r_idx = torch.from_numpy(row_of).to(dev)
-        c_idx = torch.from_numpy(tok).to(dev)
-        neural = logp[r_idx, c_idx]
-        active = np.flatnonzero(lam > 0)
-        shift_t = torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)
-        if len(active) == logp.shape[0]:
-            logp += shift_t[:, None]  # in place: logp is our own tensor
-        else:
-            act = torch.from_numpy(active).to(dev)
-            logp[act] += shift_t[act, None]
-        mixed = torch.logaddexp(neural + shift_t[r_idx], torch.from_numpy(logv).to(device=dev, dtype=logp.dtype))
-        # Tokens an earlier processor forbade (-inf) stay forbidden.
-        logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
+        # log((1-λ)·p_nn + λ·p_∞) at P_∞'s support only (a few entries, the full vocabulary only
+        # for the unigram), never a dense P_∞ row; on the scores' device, one copy (mixing.py).
+        mix_sparse(logp, row_of, tok, logv, lam)
         return logp.to(scores.dtype)
 
 
