@@ -51,9 +51,23 @@ static inline int cmp_text(const ig_shard *s, int w, int64_t pos, int64_t d, con
     return 0;
 }
 
-/* Start query (q, len) in lane L. Returns 0 when it is answered already (in *res), else 1 with
-   its first probe prefetched. */
-static int lane_start(lane *L, const ig_shard *s, int w, const uint32_t *q, int64_t len, ig_range *res) {
+/* Set lane L to search p[0..m) at depth d in r (non-empty, m >= 1), its first probe prefetched. */
+static void lane_begin(lane *L, const ig_shard *s, ig_range r, int64_t d, const uint32_t *p, int64_t m) {
+    L->p = p;
+    L->m = m;
+    L->d = d;
+    L->a = r.lo;
+    L->b = r.hi;
+    L->phase = 0;
+    L->stage = 0;
+    L->mid = L->a + (L->b - L->a) / 2;
+    prefetch_sa(s, L->mid);
+}
+
+/* Start query i (qs[i]) in lane L. Returns 0 when it is answered already (in *res), else 1. */
+static int lane_start_find(lane *L, const ig_shard *s, int w, const void *ctx, int64_t i, ig_range *res) {
+    const uint32_t *q = ((const ig_query *)ctx)[i].q;
+    int64_t len = ((const ig_query *)ctx)[i].len;
     if (len == 0) {
         *res = (ig_range){0, s->num_tokens};
         return 0;
@@ -70,16 +84,30 @@ static int lane_start(lane *L, const ig_shard *s, int w, const uint32_t *q, int6
         *res = r;
         return 0;
     }
-    L->p = q + d;
-    L->m = len - d;
-    L->d = d;
-    L->a = r.lo;
-    L->b = r.hi;
-    L->phase = 0;
-    L->stage = 0;
-    L->mid = L->a + (L->b - L->a) / 2;
-    prefetch_sa(s, L->mid);
+    lane_begin(L, s, r, d, q + d, len - d);
     return 1;
+}
+
+typedef struct {
+    const ig_range *rs; /* per row: n_shards ranges */
+    const int64_t *ds;
+    const uint32_t *ts;
+    int shard, n_shards;
+} narrow_ctx;
+
+/* Start extension i (ig_extend_ranges' rules for one shard) in lane L. */
+static int lane_start_narrow(lane *L, const ig_shard *s, int w, const void *ctx, int64_t i, ig_range *res) {
+    const narrow_ctx *c = ctx;
+    ig_range r = c->rs[i * c->n_shards + c->shard];
+    int64_t d = c->ds[i];
+    const uint32_t *t = c->ts + i;
+    if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) *res = ig_first_token_range(s, w, *t);
+    else if (r.hi <= r.lo) *res = r;
+    else if (!(s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, *t, res))) {
+        lane_begin(L, s, r, d, t, 1);
+        return 1;
+    }
+    return 0;
 }
 
 /* One stage of lane L. Returns 0 when its search is finished (answer in *res). */
@@ -137,7 +165,11 @@ static inline int lane_step(lane *L, const ig_shard *s, int w, ig_range *res) {
     return 1;
 }
 
-void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_range *out, int64_t stride) {
+typedef int (*lane_start_fn)(lane *L, const ig_shard *s, int w, const void *ctx, int64_t i, ig_range *res);
+
+/* Work items [0, n) through the lanes: out[i * stride] = the answer of item i. */
+static inline void run_lanes(const ig_shard *s, int w, int64_t n, lane_start_fn start, const void *ctx,
+                             ig_range *out, int64_t stride) {
     lane lanes[IG_FIND_LANES];
     int64_t next = 0;
     int busy = 0;
@@ -152,9 +184,9 @@ void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_ra
                 L->idx = -1;
                 busy--;
             }
-            while (next < n) { /* refill: queries answered at once do not take the lane */
+            while (next < n) { /* refill: items answered at once do not take the lane */
                 int64_t i = next++;
-                if (lane_start(L, s, w, qs[i].q, qs[i].len, &res)) {
+                if (start(L, s, w, ctx, i, &res)) {
                     L->idx = i;
                     busy++;
                     break;
@@ -166,6 +198,10 @@ void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_ra
     }
 }
 
+void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_range *out, int64_t stride) {
+    run_lanes(s, w, n, lane_start_find, qs, out, stride);
+}
+
 void ig_find_many_all(const ig_index *ix, const ig_query *qs, int64_t n, ig_range *out, uint64_t *counts) {
     int ns = ix->n_shards;
     for (int sh = 0; sh < ns; sh++) ig_find_many(&ix->shards[sh], ix->token_width, qs, n, out + sh, ns);
@@ -173,6 +209,20 @@ void ig_find_many_all(const ig_index *ix, const ig_query *qs, int64_t n, ig_rang
     for (int64_t i = 0; i < n; i++) {
         uint64_t c = 0;
         for (int sh = 0; sh < ns; sh++) c += (uint64_t)(out[i * ns + sh].hi - out[i * ns + sh].lo);
+        counts[i] = c;
+    }
+}
+
+void ig_extend_many(const ig_index *ix, const ig_range *rs, const int64_t *ds, const uint32_t *ts, int64_t n,
+                    ig_range *next, uint64_t *counts) {
+    int ns = ix->n_shards;
+    for (int sh = 0; sh < ns; sh++) {
+        narrow_ctx c = {rs, ds, ts, sh, ns};
+        run_lanes(&ix->shards[sh], ix->token_width, n, lane_start_narrow, &c, next + sh, ns);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t c = 0;
+        for (int sh = 0; sh < ns; sh++) c += (uint64_t)(next[i * ns + sh].hi - next[i * ns + sh].lo);
         counts[i] = c;
     }
 }

@@ -20,6 +20,11 @@
    per step, small enough that all their state stays in L1. */
 #ifndef IG_FIND_LANES
 #define IG_FIND_LANES 16
+/* ig_extend_ranges for n rows at once: row i's ranges rs[i * n_shards ..] (its context, of
+   length ds[i]) extended by ts[i] into next[i * n_shards ..]; counts[i] their total. */
+void ig_extend_many(const ig_index *ix, const ig_range *rs, const int64_t *ds, const uint32_t *ts, int64_t n,
+                    ig_range *next, uint64_t *counts);
+
 #endif
 
 typedef struct {
@@ -33,5 +38,10 @@ void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_ra
 /* The same over all shards: out[i * ix->n_shards + shard]; counts (may be NULL) gets each
    query's total over shards. */
 void ig_find_many_all(const ig_index *ix, const ig_query *qs, int64_t n, ig_range *out, uint64_t *counts);
+
+/* ig_extend_ranges for n rows at once: row i's ranges rs[i * n_shards ..] (its context, of
+   length ds[i]) extended by ts[i] into next[i * n_shards ..]; counts[i] their total. */
+void ig_extend_many(const ig_index *ix, const ig_range *rs, const int64_t *ds, const uint32_t *ts, int64_t n,
+                    ig_range *next, uint64_t *counts);
 
 #endif

@@ -76,6 +76,30 @@ static void check_corpus(const ref_corpus *c, ig_index *ix, uint64_t seed) {
                   (unsigned long long)counts[i]);
         }
     }
+    /* narrowing by one token (state steps, probabilities): every query's context (all but its
+       last token; the empty one is the whole corpus) extended by its last token, as
+       ig_extend_ranges does it, empty contexts included */
+    static ig_range ctx[N * 8], next[N * 8], want[8];
+    static int64_t ds[N];
+    static uint32_t ts[N];
+    static uint64_t ext_counts[N];
+    int64_t m = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (qs[i].len == 0) continue;
+        ds[m] = qs[i].len - 1;
+        ts[m] = qs[i].q[qs[i].len - 1];
+        ig_find_all(ix, qs[i].q, ds[m], ctx + m * ns);
+        m++;
+    }
+    ig_extend_many(ix, ctx, ds, ts, m, next, ext_counts);
+    for (int64_t k = 0; k < m; k++) {
+        uint64_t c = ig_extend_ranges(ix, ctx + k * ns, ds[k], ts[k], want);
+        CHECK(c == ext_counts[k], "extension %lld: count %llu vs %llu", (long long)k, (unsigned long long)ext_counts[k],
+              (unsigned long long)c);
+        for (int sh = 0; sh < ns; sh++)
+            CHECK(next[k * ns + sh].lo == want[sh].lo && next[k * ns + sh].hi == want[sh].hi,
+                  "extension %lld shard %d", (long long)k, sh);
+    }
     ig_find_many_all(ix, qs, N, got, counts); /* (checked above, by parts) */
     for (int t = 1; t <= 3; t += 2) {
         CHECK(ig_count_batch(ix, vals, off[N], off, N, batch, t, err, sizeof err) == IG_OK, "%s", err);
