@@ -13,6 +13,8 @@ from held-out text: the linux documents after those 200M tokens (seeded position
   count single 5-grams  ig_count of 2,000 of them, one ctypes call each (the single path)
   prob batch, ∞-gram    ig_prob_batch (infinite) of 2,000 windows of 24 tokens and the next one
   ntd batch, ∞-gram     ig_ntd_batch_run (∞-gram) of the same 2,000 windows
+  state extend batch    ig_state_extend_batch: the states of the 2,000 contexts by their next token
+  state prob batch      ig_state_prob_batch: P(next token | state) of the same
 
 Warm page cache: every workload runs once on both cores before timing. Cores take turns round by
 round (base, new, new, base, ...); a workload's figure is its median round, per query, in CPU
@@ -118,6 +120,7 @@ def main() -> None:
     single = (grams[0], grams[1][:2_001])
     wins = windows(2_000, 25)
     ctx = ragged([w[:-1] for w in wins])
+    full = ragged(wins)
     nxt = np.array([w[-1] for w in wins], np.uint32)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,12 +129,16 @@ def main() -> None:
         base = Core(compile_core(base_sources(args.base, tmp_p / "base"), tmp_p / "base.so"))
         new = Core(compile_core(ROOT / "native", tmp_p / "new.so"))
         cores = {"base": base, "new": new}
+        key = (lambda c: "base" if c is base else "new")
         ixs = {k: c.open(shard_dirs(index_dir)) for k, c in cores.items()}
+        states = {k: c.states(ixs[k], *ctx) for k, c in cores.items()}
         work: Dict[str, tuple[int, Callable[[Core, Any], Any]]] = {
             "count_batch 5-grams": (len(grams[1]) - 1, lambda c, ix: count_batch(c, ix, *grams)),
             "count single 5-grams": (len(single[1]) - 1, lambda c, ix: count_single(c, ix, *single)),
             "prob batch, ∞-gram": (len(nxt), lambda c, ix: c.prob_batch(ix, *ctx, nxt)),
             "ntd batch, ∞-gram": (len(nxt), lambda c, ix: c.ntd_run(ix, *ctx, 1)),
+            "state extend batch": (len(nxt), lambda c, ix: c.extend_batch(ix, states[key(c)], *full)),
+            "state prob batch": (len(nxt), lambda c, ix: c.state_prob_batch(ix, states[key(c)], nxt)),
         }
         results: Dict[str, Any] = {}
         for name, (n, fn) in work.items():

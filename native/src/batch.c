@@ -119,39 +119,20 @@ typedef struct {
     uint8_t *sparse;
 } prob_job;
 
-/* Rows per block of prob_work: their contexts are found one by one, then the narrowings by their
-   tokens run interleaved (find_many.h). */
-#define IG_PROB_BLOCK 64
-
 static int prob_work(void *ctx, int tid, int64_t begin, int64_t end) {
     prob_job *j = ctx;
     (void)tid;
-    const ig_index *ix = j->ix;
-    int ns = ix->n_shards;
     ig_scratch sc;
-    if (ig_scratch_init(&sc, ns, NULL, 0)) return IG_ERR_NOMEM;
-    ig_range *cur = malloc(2 * (size_t)IG_PROB_BLOCK * (size_t)ns * sizeof *cur);
-    if (!cur) {
-        ig_scratch_free(&sc);
-        return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    for (int64_t i = begin; i < end; i++) {
+        int64_t d = ig_row_ranges(j->ix, j->rows, i, sc.a, sc.b);
+        ig_prob p;
+        ig_prob_from_ranges(j->ix, sc.a, d, j->tokens[i], sc.c, &p);
+        j->count[i] = p.count;
+        j->prompt_count[i] = p.prompt_count;
+        j->suffix_len[i] = p.suffix_len;
+        if (j->sparse) j->sparse[i] = (uint8_t)p.sparse;
     }
-    ig_range *next = cur + (size_t)IG_PROB_BLOCK * (size_t)ns;
-    int64_t ds[IG_PROB_BLOCK];
-    uint64_t cnt[IG_PROB_BLOCK];
-    for (int64_t b = begin; b < end; b += IG_PROB_BLOCK) {
-        int64_t m = end - b < IG_PROB_BLOCK ? end - b : IG_PROB_BLOCK;
-        for (int64_t k = 0; k < m; k++) ds[k] = ig_row_ranges(ix, j->rows, b + k, cur + k * ns, sc.b);
-        ig_extend_many(ix, cur, ds, j->tokens + b, m, next, cnt);
-        for (int64_t k = 0; k < m; k++) { /* as ig_prob_from_ranges */
-            uint64_t den = 0;
-            for (int s = 0; s < ns; s++) den += (uint64_t)(cur[k * ns + s].hi - cur[k * ns + s].lo);
-            j->count[b + k] = cnt[k];
-            j->prompt_count[b + k] = den;
-            j->suffix_len[b + k] = ds[k];
-            if (j->sparse) j->sparse[b + k] = (uint8_t)ig_is_sparse(ix, cur + k * ns, ds[k]);
-        }
-    }
-    free(cur);
     ig_scratch_free(&sc);
     return 0;
 }
@@ -160,7 +141,7 @@ int ig_prob_rows(const ig_index *ix, const ig_rows *rows, int64_t n, const uint3
                  uint64_t *prompt_count, int64_t *suffix_len, uint8_t *sparse, int n_threads, char *err,
                  size_t errlen) {
     prob_job j = {ix, rows, tokens, count, prompt_count, suffix_len, sparse};
-    int rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), IG_PROB_BLOCK, prob_work, &j);
+    int rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, prob_work, &j);
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }
 

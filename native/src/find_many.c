@@ -14,6 +14,10 @@
 #include "find_many.h"
 #include "ntd_cache.h"
 
+/* Ranges this short are narrowed on the spot (query.c: a scan of independent loads) rather
+   than given a lane. */
+#define IG_LANE_MIN 32
+
 typedef struct {
     int64_t idx;       /* the query's index in the batch; -1 when the lane is free */
     const uint32_t *p; /* the part of the query still to match, at depth d */
@@ -84,6 +88,10 @@ static int lane_start_find(lane *L, const ig_shard *s, int w, const void *ctx, i
         *res = r;
         return 0;
     }
+    if (r.hi - r.lo <= IG_LANE_MIN) { /* short: query.c's scan is cheaper than a bisection */
+        *res = ig_narrow(s, w, r, d, q + d, len - d);
+        return 0;
+    }
     lane_begin(L, s, r, d, q + d, len - d);
     return 1;
 }
@@ -103,6 +111,7 @@ static int lane_start_narrow(lane *L, const ig_shard *s, int w, const void *ctx,
     const uint32_t *t = c->ts + i;
     if (d == 0 && r.lo == 0 && r.hi == s->num_tokens) *res = ig_first_token_range(s, w, *t);
     else if (r.hi <= r.lo) *res = r;
+    else if (r.hi - r.lo <= IG_LANE_MIN) *res = ig_narrow1(s, w, r, d, *t); /* short: scanned */
     else if (!(s->ntc_n && d >= 1 && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64 && ig_ntc_narrow(s, d, r, *t, res))) {
         lane_begin(L, s, r, d, t, 1);
         return 1;
