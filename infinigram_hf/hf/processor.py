@@ -20,9 +20,11 @@ from .._core.args import INT32_MAX, int_arg, opt_int_arg
 from .._core.ids import to_numpy
 from ..index import InfiniGramIndex
 from ..index.infinigram_index import as_index
+from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
+from .mixing import mix_sparse
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -102,6 +104,9 @@ class InfiniGramLogitsProcessor(_Base):
         self._last_width = -1  # only for the right-padding check (see _check_not_right_padded)
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
+        # the rows that grew by one token: one C call per step (a local index's decoding states; a
+        # RemoteIndex or DifferenceIndex answers through its cache, one request per step)
+        self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else None
 
     # ------------------------------------------------------------ contexts
 
@@ -120,9 +125,12 @@ class InfiniGramLogitsProcessor(_Base):
     def _p_inf(self, rows_np: np.ndarray, width: int):
         """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
         stays neural). One batched, cached query for all rows."""
-        n, width_ids = rows_np.shape
-        lengths = width_ids - self.context_starts(rows_np)
-        d = self._cache.ntd_batch(rows_np, lengths=lengths, padding_side="left")
+        n = len(rows_np)
+        starts = self.context_starts(rows_np)
+        if self._rows is not None:
+            d = self._rows.ntd(rows_np, starts)
+        else:
+            d = self._cache.ntd_batch(rows_np, lengths=rows_np.shape[1] - starts, padding_side="left")
         row_of = d.rows
         tok = d.token_ids.astype(np.int64)
         cnt = d.counts.astype(np.float64)
@@ -186,24 +194,9 @@ class InfiniGramLogitsProcessor(_Base):
         row_of, tok, logv, lam = self._p_inf(rows_np, width)
         if not len(row_of):
             return self._guard(rows_np, scores, logp).to(scores.dtype)
-        # log((1-λ)·p_nn + λ·p_∞): shift the whole row by log(1-λ), then logaddexp at P_∞'s support
-        # (a few entries, the full vocabulary only for the unigram), never a dense P_∞ row.
-        dev = logp.device
-        with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
-            shift = np.log1p(-lam)
-        r_idx = torch.from_numpy(row_of).to(dev)
-        c_idx = torch.from_numpy(tok).to(dev)
-        neural = logp[r_idx, c_idx]
-        active = np.flatnonzero(lam > 0)
-        shift_t = torch.from_numpy(shift).to(device=dev, dtype=logp.dtype)
-        if len(active) == logp.shape[0]:
-            logp += shift_t[:, None]  # in place: logp is our own tensor
-        else:
-            act = torch.from_numpy(active).to(dev)
-            logp[act] += shift_t[act, None]
-        mixed = torch.logaddexp(neural + shift_t[r_idx], torch.from_numpy(logv).to(device=dev, dtype=logp.dtype))
-        # Tokens an earlier processor forbade (-inf) stay forbidden.
-        logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
+        # log((1-λ)·p_nn + λ·p_∞) at P_∞'s support only (a few entries, the full vocabulary only
+        # for the unigram), never a dense P_∞ row; on the scores' device, one copy (mixing.py).
+        mix_sparse(logp, row_of, tok, logv, lam)
         return self._guard(rows_np, scores, logp).to(scores.dtype)
 
     def _guard(self, rows_np: np.ndarray, scores: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:

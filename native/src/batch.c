@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "batch_internal.h"
+#include "find_many.h"
 #include "parallel.h"
 #include "state_internal.h"
 
@@ -66,18 +67,25 @@ typedef struct {
     uint64_t *counts;
 } count_job;
 
+/* Queries per block of count_work: searched together, interleaved (find_many.h). */
+#define IG_COUNT_BLOCK 256
+
 static int count_work(void *ctx, int tid, int64_t begin, int64_t end) {
     count_job *j = ctx;
     (void)tid;
-    for (int64_t i = begin; i < end; i++) {
-        uint64_t c = 0;
-        const uint32_t *q = j->values + j->offsets[i];
-        int64_t len = j->offsets[i + 1] - j->offsets[i];
-        for (int s = 0; s < j->ix->n_shards; s++) {
-            ig_range r = ig_find_in_shard(&j->ix->shards[s], j->ix->token_width, q, len);
-            c += (uint64_t)(r.hi - r.lo);
+    ig_query qs[IG_COUNT_BLOCK];
+    ig_range rs[IG_COUNT_BLOCK];
+    for (int64_t b = begin; b < end; b += IG_COUNT_BLOCK) {
+        int64_t n = end - b < IG_COUNT_BLOCK ? end - b : IG_COUNT_BLOCK;
+        for (int64_t i = 0; i < n; i++) {
+            qs[i].q = j->values + j->offsets[b + i];
+            qs[i].len = j->offsets[b + i + 1] - j->offsets[b + i];
+            j->counts[b + i] = 0;
         }
-        j->counts[i] = c;
+        for (int s = 0; s < j->ix->n_shards; s++) {
+            ig_find_many(&j->ix->shards[s], j->ix->token_width, qs, n, rs, 1);
+            for (int64_t i = 0; i < n; i++) j->counts[b + i] += (uint64_t)(rs[i].hi - rs[i].lo);
+        }
     }
     return 0;
 }
@@ -88,7 +96,7 @@ int ig_count_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
     if (rc || n == 0) return rc;
     if (!counts) return ig_fail(err, errlen, IG_ERR_ARG, "counts: NULL output");
     count_job j = {ix, values, offsets, counts};
-    return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 512), 64, count_work, &j);
+    return ig_parallel_for(n, ig_resolve_threads(n_threads, n, 512), IG_COUNT_BLOCK, count_work, &j);
 }
 
 /* ---------------------------------------------------------------- probabilities */

@@ -1,10 +1,12 @@
 /* state.c - decoding states: the longest occurring suffix of a context as plain int64 data,
    extended one token at a time (see infinigram_state.h). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "batch_internal.h"
 #include "parallel.h"
 #include "state_internal.h"
+#include "find_many.h"
 
 int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
 
@@ -123,18 +125,49 @@ typedef struct {
     int64_t *out;
 } extend_job;
 
+/* Rows per block of extend_work: their narrowings run interleaved (find_many.h); the rows whose
+   match does not grow back off one by one afterwards. */
+#define IG_EXTEND_BLOCK 64
+
 static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
     extend_job *j = ctx;
     (void)tid;
-    int64_t size = ig_state_size(j->ix);
+    const ig_index *ix = j->ix;
+    int ns = ix->n_shards;
+    int64_t size = ig_state_size(ix);
     ig_scratch sc;
-    if (ig_scratch_init(&sc, j->ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    if (ig_scratch_init(&sc, ns, NULL, 0)) return IG_ERR_NOMEM;
+    ig_range *cur = malloc(2 * (size_t)IG_EXTEND_BLOCK * (size_t)ns * sizeof *cur);
+    if (!cur) {
+        ig_scratch_free(&sc);
+        return IG_ERR_NOMEM;
+    }
+    ig_range *next = cur + (size_t)IG_EXTEND_BLOCK * (size_t)ns;
+    int64_t ls[IG_EXTEND_BLOCK];
+    uint32_t ts[IG_EXTEND_BLOCK];
+    uint64_t cnt[IG_EXTEND_BLOCK];
     ig_lce_memo *memo = NULL;
-    for (int64_t i = begin; i < end; i++) {
-        int64_t l = ig_state_load(j->ix, j->states + i * size, sc.a, "states", NULL, 0);
-        extend(j->ix, &sc, l, j->values + j->offsets[i], j->offsets[i + 1] - j->offsets[i], j->out + i * size, &memo);
+    for (int64_t b = begin; b < end; b += IG_EXTEND_BLOCK) {
+        int64_t m = end - b < IG_EXTEND_BLOCK ? end - b : IG_EXTEND_BLOCK;
+        for (int64_t k = 0; k < m; k++) {
+            int64_t i = b + k;
+            ls[k] = ig_state_load(ix, j->states + i * size, cur + k * ns, "states", NULL, 0);
+            ts[k] = j->values[j->offsets[i + 1] - 1]; /* (checked: every context holds a token) */
+        }
+        ig_extend_many(ix, cur, ls, ts, m, next, cnt);
+        for (int64_t k = 0; k < m; k++) { /* as ig_state_step: grown, else a back-off */
+            int64_t i = b + k;
+            if (cnt[k] > 0) {
+                ig_state_store(ix, ls[k] + 1, next + k * ns, j->out + i * size);
+                continue;
+            }
+            const uint32_t *c = j->values + j->offsets[i];
+            int64_t l = ig_backoff(ix, c, j->offsets[i + 1] - j->offsets[i], ls[k], cur + k * ns, sc.c, &memo);
+            ig_state_store(ix, l, cur + k * ns, j->out + i * size);
+        }
     }
     ig_lce_memo_free(memo);
+    free(cur);
     ig_scratch_free(&sc);
     return 0;
 }
@@ -166,7 +199,7 @@ int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint3
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if ((rc = ig_check_states(ix, states, n, values, offsets, err, errlen))) return rc;
     extend_job j = {ix, states, values, offsets, out};
-    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 8, extend_work, &j);
+    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), IG_EXTEND_BLOCK, extend_work, &j);
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }
 

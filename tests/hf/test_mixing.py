@@ -1,0 +1,51 @@
+"""mix_sparse (the processor's mixture, infinigram_hf/hf/mixing.py) against a dense float64
+computation of log((1-λ)·softmax + λ·P_∞): rows with λ = 0 (untouched), λ = 1, entries on
+forbidden (-inf) tokens, and a batch without entries."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from infinigram_hf.hf.mixing import mix_sparse
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mix_sparse_matches_dense_mixture(seed):
+    rng = np.random.default_rng(seed)
+    n, v = 7, 50
+    scores = rng.normal(size=(n, v)) * 3
+    scores[0, 3] = -np.inf  # forbidden by an earlier processor
+    logp = torch.log_softmax(torch.from_numpy(scores).float(), dim=-1)
+    lam = rng.choice([0.0, 0.3, 0.9, 1.0], size=n)
+    p_inf = np.zeros((n, v))
+    rows, toks = [], []
+    for r in range(n):
+        support = rng.choice(v, size=int(rng.integers(0, 6)), replace=False)
+        if r == 0:
+            support = np.union1d(support, [3])
+        w = rng.random(len(support)) + 0.1
+        p_inf[r, support] = w / w.sum()
+        rows += [r] * len(support)
+        toks += support.tolist()
+    row_of, tok = np.array(rows, dtype=np.int64), np.array(toks, dtype=np.int64)
+    lam = np.where(p_inf.sum(axis=1) > 0, lam, 0.0)
+    with np.errstate(divide="ignore"):
+        logv = np.log(lam[row_of]) + np.log(p_inf[row_of, tok])
+    got = mix_sparse(logp.clone(), row_of, tok, logv, lam).double().numpy()
+    p_nn = np.exp(logp.double().numpy())
+    with np.errstate(divide="ignore"):
+        want = np.log((1 - lam)[:, None] * p_nn + lam[:, None] * p_inf)
+    want[0, 3] = -np.inf
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+    fin = ~np.isneginf(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
+    untouched = lam == 0
+    assert torch.equal(torch.from_numpy(got[untouched]).float(), logp[torch.from_numpy(untouched)])
+
+
+def test_mix_sparse_without_entries_only_shifts():
+    logp = torch.log_softmax(torch.randn(3, 10, generator=torch.Generator().manual_seed(1)), dim=-1)
+    lam = np.array([0.5, 0.0, 0.2])
+    got = mix_sparse(logp.clone(), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), lam)
+    torch.testing.assert_close(got, logp + torch.from_numpy(np.log1p(-lam)).float()[:, None])
