@@ -116,7 +116,7 @@ class InfiniGramIndex:
         self._metas = metas
         self._ix = None
         self._lock = threading.Lock()  # serializes close()
-        self.tokenizer: Any = None  # set by from_pretrained when the repository names one
+        self._given_tokenizer: Any = None  # from_pretrained / open(tokenizer=): see `tokenizer`
         self.hub_config: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:  # every directory descriptor is closed on the way out
             if roots is None:
@@ -710,13 +710,21 @@ class InfiniGramIndex:
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer saved with the index, loaded as a transformers tokenizer (never running
-        code from it); a `ByteTokenizer` for a byte-level index; None for an index of token ids.
-        Without transformers installed, the saved tokenizer.json read with `tokenizers`."""
+        """The tokenizer given for the index (``open(tokenizer=)``, or the one a Hub repository
+        names, loaded by ``from_pretrained``); else the tokenizer saved with the index, loaded as
+        a transformers tokenizer (never running code from it); a `ByteTokenizer` for a byte-level
+        index; None for an index of token ids. Without transformers installed, the saved
+        tokenizer.json read with `tokenizers`."""
+        if self._given_tokenizer is not None:
+            return self._given_tokenizer
         try:
             return tk.index_tokenizer(self)
         except ImportError:
             return self._light_tokenizer()
+
+    @tokenizer.setter
+    def tokenizer(self, tok: Any) -> None:
+        self._given_tokenizer = tok
 
     def locate(self, shard: int, position: int) -> tuple[int, int]:
         """Corpus position in a shard -> (global document id, offset inside the document)."""
