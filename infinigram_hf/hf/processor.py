@@ -101,7 +101,7 @@ class InfiniGramLogitsProcessor(_Base):
         self.max_copy_len = opt_int_arg("max_copy_len", max_copy_len, 1, INT32_MAX, "no guard")
         self.copy_report = bool(copy_report)
         self.copy_steps: list = []
-        self._last_width = -1  # only for the right-padding check (see _check_not_right_padded)
+        self._last_rows: Optional[np.ndarray] = None  # only for the right-padding check (see _check_not_right_padded)
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
         # the rows that grew by one token: one C call per step (a local index's decoding states; a
@@ -159,13 +159,16 @@ class InfiniGramLogitsProcessor(_Base):
 
     def _check_not_right_padded(self, rows: np.ndarray) -> None:
         """Refuse a right-padded prompt (its rows would be scored after their padding: identical,
-        wrong rows). Checked when a generation starts (the ids are no longer than at the previous
-        call, or on the first call): some rows then end with pad_token_id while others do not --
-        transformers' own test for right padding, which it only warns about. Later in a generation,
-        finished rows legitimately end with padding, so later calls are not checked."""
+        wrong rows). Checked when a generation starts -- the first call, or ids no longer than at
+        the previous call that do not continue its rows (a rejected draft keeps their prefix):
+        some rows then end with pad_token_id while others do not -- transformers' own test for
+        right padding, which it only warns about. Later in a generation, finished rows
+        legitimately end with padding, so later calls are not checked."""
         width = rows.shape[1]
-        starting = width <= self._last_width or self._last_width < 0
-        self._last_width = width
+        last = self._last_rows
+        starting = last is None or (width <= last.shape[1] and (
+            last.shape[0] != rows.shape[0] or not np.array_equal(rows[:, :width - 1], last[:, :width - 1])))
+        self._last_rows = rows.copy()
         if not starting or self.pad_token_id is None or rows.shape[0] < 2 or width < 2:
             return
         ends_pad = rows[:, -1] == self.pad_token_id

@@ -36,9 +36,11 @@ class Trace:
 
     @property
     def spans(self) -> tuple:
+        """The attribution's spans, positions relative to the traced ids."""
         return self.attribution.spans
 
     def decode(self, ids: Any) -> str:
+        """Ids as text with the tokenizer (space-separated ids without one)."""
         ids = [int(t) for t in ids]
         return self.tokenizer.decode(ids) if self.tokenizer is not None else " ".join(map(str, ids))
 
@@ -64,6 +66,7 @@ class Trace:
         return out
 
     def as_dict(self) -> dict:
+        """JSON-ready: the attribution's spans and documents, the offset, the decoded text."""
         d = self.attribution.as_dict(self.tokenizer)
         d["offset"] = self.offset
         if self.tokenizer is not None:
@@ -71,6 +74,8 @@ class Trace:
         return d
 
     def render_terminal(self, **kw: Any) -> str:
+        """Text for a terminal: spans highlighted, then each with its documents (see
+        `infinigram_hf.tracing.render_terminal` for the options)."""
         from .terminal_view import render_terminal
         return render_terminal(self, **kw)
 

@@ -78,7 +78,7 @@ def test_remote_index_over_the_router_answers_and_generates_as_in_process(routed
             a, b = remote.infgram_ntd(ids), tiny_index.infgram_ntd(ids)
             assert (a.as_dict(), a.suffix_len, a.sparse) == (b.as_dict(), b.suffix_len, b.sparse)
             np.testing.assert_array_equal(remote.score(ids).probs, tiny_index.score(ids).probs)
-        enc = tiny_tok(["def f(x):", "import"], return_tensors="pt", padding=True)
+        enc = tiny_tok(["def f(x):", "import"], return_tensors="pt", padding=True, padding_side="left")
         outs = []
         for ix in (tiny_index, remote):
             proc = InfiniGramLogitsProcessor(ix, lambda_sparse=0.9, lambda_dense=0.5, tokenizer=tiny_tok)

@@ -64,7 +64,7 @@ def test_paths_are_accepted_wherever_an_index_is(tiny_model, tiny_index, tiny_to
         out = speculative_generate(tiny_model, ids, drafter=drafter, max_new_tokens=4, pad_token_id=0,
                                    logits_processor=[proc])
     assert out.shape[1] == ids.shape[1] + 4
-    with pytest.raises(ValueError, match="index must be an InfiniGramIndex or an index directory"):
+    with pytest.raises(ValueError, match="index must be an InfiniGramIndex, a RemoteIndex or an index directory"):
         InfiniGramLogitsProcessor(42)
 
 

@@ -106,6 +106,11 @@ def test_push_and_from_pretrained_then_offline(tmp_path: Path, ours_with_tokeniz
     assert "error" in res3["missing"]
 
 
-def test_from_pretrained_refuses_a_bad_repo_id(tmp_path: Path) -> None:
+def test_from_pretrained_refuses_a_bad_repo_id(tmp_path: Path, monkeypatch) -> None:
+    # from a directory where "../../etc" is no local path (from the repository's root it would be
+    # /etc, opened as a local path -- and refused as no index)
+    here = tmp_path / "a" / "b" / "c"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
     with pytest.raises(ValueError, match="repo_id"):
         InfiniGramIndex.from_pretrained("../../etc", cache_dir=tmp_path)
