@@ -68,4 +68,8 @@ def ptr(array: np.ndarray, ctype: str) -> Any:
         return ffi.from_buffer(array) if array.size else ffi.new("char[1]")
     if array.size == 0:
         return ffi.new(ctype + "[1]")
+    if array.ctypes.data % array.itemsize:
+        # a view at an odd offset (np.frombuffer of a packed buffer): C reads aligned items, so
+        # it gets an aligned copy (only inputs can be misaligned: outputs are allocated here)
+        array = array.copy()
     return ffi.from_buffer(ctype + "[]", array)

@@ -85,7 +85,10 @@ def decode(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n = math.prod(shape) * dt.itemsize
         if pos + n > len(mv):
             raise WireError(f"array {name!r} of shape {shape} needs {n} bytes; the body has {len(mv) - pos} left")
-        arrays[name] = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(tuple(shape))
+        arr = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(tuple(shape))
+        # the body packs arrays back to back: one at an offset that is no multiple of its item
+        # size is copied, since the C core reads its items as aligned values (UBSan: misaligned load)
+        arrays[name] = arr if arr.ctypes.data % max(dt.itemsize, 1) == 0 else arr.copy()
         pos += n
     if pos != len(mv):
         raise WireError(f"{len(mv) - pos} bytes after the declared arrays")

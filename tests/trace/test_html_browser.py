@@ -37,7 +37,9 @@ def browser():
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1000,800",
               *QUIET):
         opts.add_argument(a)
-    d = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    # the browser is no part of the package: not under the sanitized suite's ASan preload
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    d = webdriver.Chrome(service=Service(DRIVER, env=env), options=opts)
     d.set_page_load_timeout(30)
     yield d
     d.quit()
