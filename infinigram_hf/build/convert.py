@@ -16,7 +16,6 @@ Example:
 """
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
@@ -28,6 +27,8 @@ import numpy as np
 from .._core import format as fmt
 from .._core import official
 from .._core.index_files import IndexDir
+from .._core.progress import progress_bar
+from .pipeline import index_meta
 from .official_writer import SEPARATORS, write_official_shard
 from .publish import check_out_dir, make_build_dir, publish, resolve_out_dir
 from .shard_writer import ShardWriter
@@ -60,8 +61,6 @@ def official_to_ours(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
                      overwrite: bool = False, progress: bool = True, ntd_cache_min_cost: int = 2048) -> Path:
     """Convert the official index at src into our format at out_dir (see the module docstring).
     The official files are only read; the new index is published only once complete."""
-    from tqdm.auto import tqdm
-
     src = Path(src)
     with IndexDir.open_root(src) as root:
         layout = official.detect(root)
@@ -74,7 +73,7 @@ def official_to_ours(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_build_dir(out)
     total = sum(s // width for s in layout.tokenized_sizes)
-    bar = tqdm(total=total, unit="tok", unit_scale=True, disable=not progress, desc="official -> ours",
+    bar = progress_bar(total=total, unit="tok", unit_scale=True, disable=not progress, desc="official -> ours",
                dynamic_ncols=True)
     try:
         shards = []
@@ -95,22 +94,10 @@ def official_to_ours(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
             shards.append(writer.finish())
             if metawriter is not None:
                 metawriter.close()
-        meta = {
-            "format": fmt.FORMAT_NAME,
-            "format_version": fmt.FORMAT_VERSION,
-            "tokenizer_name": getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None,
-            "vocab_fingerprint": None,
-            "eos_token_id": eos,
-            "vocab_size": vocab,
-            "token_width": our_width,
-            "separator_id": fmt.separator_for(our_width),
-            "num_tokens": sum(s["num_tokens"] for s in shards),
-            "num_docs": sum(s["num_docs"] for s in shards),
-            "shards": shards,
-            "build": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                      "converted_from": {"format": "infini-gram", "path": str(src), "token_width": width,
-                                         "suffixes": layout.suffixes, "metadata": layout.has_metadata}},
-        }
+        meta = index_meta(tokenizer, vocab, our_width, shards, {
+            "converted_from": {"format": "infini-gram", "path": str(src), "token_width": width,
+                               "suffixes": layout.suffixes, "metadata": layout.has_metadata}})
+        meta["eos_token_id"] = eos  # given, the tokenizer's, or none (the official files hold no vocabulary)
         fmt.write_meta(tmp, meta)
         publish(tmp, out, overwrite)
     except BaseException:
@@ -126,8 +113,6 @@ def ours_to_official(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
     """Convert our index at src into the official layout in the new directory out_dir, which the
     official engine loads with ``token_dtype`` = u8/u16/u32 for width 1/2/4. The token width is
     the one the index was converted from, else ours (`token_width` overrides)."""
-    from tqdm.auto import tqdm
-
     from ..index import InfiniGramIndex
 
     out = Path(out_dir)
@@ -143,7 +128,7 @@ def ours_to_official(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
         tmp = out.with_name(out.name + ".converting")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        bar = tqdm(total=index.num_docs, unit="doc", disable=not progress, desc="ours -> official", dynamic_ncols=True)
+        bar = progress_bar(total=index.num_docs, unit="doc", disable=not progress, desc="ours -> official", dynamic_ncols=True)
         try:
             doc_id = 0
             for shard in range(index.num_shards):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
@@ -31,6 +30,7 @@ from .._core import tokenization as tk
 from ..build.pipeline import _check_count, index_meta, max_shard_len, parse_size
 from ..build.sources import source_paths
 from ..build.publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
+from .._core.progress import progress_bar
 from ..index import InfiniGramIndex
 from . import reading, shards
 from ._ray import connect, quiet_data_context
@@ -115,9 +115,8 @@ def build_index(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_build_dir(out)
     started = time.time()
-    from tqdm.auto import tqdm
 
-    bar = tqdm(total=_length(source), unit="doc", disable=not progress, desc="indexing (ray)", dynamic_ncols=True)
+    bar = progress_bar(total=_length(source), unit="doc", disable=not progress, desc="indexing (ray)", dynamic_ncols=True)
     pending: List[Any] = []
     try:
         planner = shards.ShardPlanner(shard_cap)
