@@ -40,16 +40,27 @@ int ig_locate(const ig_index *ix, int shard, int64_t pos, int64_t *doc, int64_t 
     return IG_OK;
 }
 
-int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_t cap,
-               int64_t *len_out, char *err, size_t errlen) {
+/* Shard s, first token position *a and length *n (separator dropped) of document doc. */
+static int doc_tokens(const ig_index *ix, int shard, int64_t doc, const ig_shard **s, int64_t *a, int64_t *n,
+                      char *err, size_t errlen) {
     int rc = check_shard(ix, shard, err, errlen);
     if (rc) return rc;
-    const ig_shard *s = &ix->shards[shard];
-    if (doc < 0 || doc >= s->num_docs)
+    *s = &ix->shards[shard];
+    if (doc < 0 || doc >= (*s)->num_docs)
         return ig_fail(err, errlen, IG_ERR_ARG, "document %lld out of range (shard has %lld)",
-                       (long long)doc, (long long)s->num_docs);
-    int64_t a = doc_start(s, doc), b = doc_start(s, doc + 1) - 1; /* drop the separator */
-    int64_t n = b > a ? b - a : 0;
+                       (long long)doc, (long long)(*s)->num_docs);
+    int64_t b = doc_start(*s, doc + 1) - 1;
+    *a = doc_start(*s, doc);
+    *n = b > *a ? b - *a : 0;
+    return IG_OK;
+}
+
+int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_t cap,
+               int64_t *len_out, char *err, size_t errlen) {
+    const ig_shard *s;
+    int64_t a, n;
+    int rc = doc_tokens(ix, shard, doc, &s, &a, &n, err, errlen);
+    if (rc) return rc;
     *len_out = n;
     if (n > cap) return ig_fail(err, errlen, IG_ERR_CAPACITY, "document has %lld tokens", (long long)n);
     for (int64_t i = 0; i < n; i++) out[i] = ig_tok(s, ix->token_width, a + i);
@@ -58,15 +69,11 @@ int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_
 
 int ig_doc_window(const ig_index *ix, int shard, int64_t doc, int64_t begin, int64_t end, uint32_t *out,
                   int64_t cap, int64_t *begin_out, int64_t *len_out, char *err, size_t errlen) {
-    int rc = check_shard(ix, shard, err, errlen);
+    const ig_shard *s;
+    int64_t a, n;
+    int rc = doc_tokens(ix, shard, doc, &s, &a, &n, err, errlen);
     if (rc) return rc;
-    const ig_shard *s = &ix->shards[shard];
-    if (doc < 0 || doc >= s->num_docs)
-        return ig_fail(err, errlen, IG_ERR_ARG, "document %lld out of range (shard has %lld)",
-                       (long long)doc, (long long)s->num_docs);
     if (!begin_out || !len_out || (cap > 0 && !out)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
-    int64_t a = doc_start(s, doc), b = doc_start(s, doc + 1) - 1; /* drop the separator */
-    int64_t n = b > a ? b - a : 0;
     if (begin < 0) begin = 0;
     if (end > n) end = n;
     if (begin > end) begin = end;
