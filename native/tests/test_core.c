@@ -16,19 +16,7 @@
 
 #include "reference.h"
 
-static int failures, checks;
-static char err[1024];
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
+#include "check.h"
 
 /* ------------------------------------------------------------------ queries vs brute force */
 

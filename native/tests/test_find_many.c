@@ -7,19 +7,7 @@
 #include "reference.h"
 #include "find_many.h"
 
-static int failures, checks;
-static char err[1024];
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fputc('\n', stderr);                                                  \
-        }                                                                         \
-    } while (0)
+#include "check.h"
 
 static uint64_t rng(uint64_t *x) {
     *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17;

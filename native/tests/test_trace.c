@@ -5,19 +5,7 @@
    argument errors. (Delimiters and word starts: tests/trace/test_attribution_property.py.) */
 #include "reference.h"
 
-static int failures, checks;
-static char err[1024];
-
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        checks++;                                          \
-        if (!(cond)) {                                     \
-            failures++;                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fprintf(stderr, "\n");                         \
-        }                                                  \
-    } while (0)
+#include "check.h"
 
 /* The longest prefix of x[l..m) that occurs. */
 static int64_t naive_match(const ref_corpus *c, const uint32_t *x, int64_t m, int64_t l) {
