@@ -295,6 +295,43 @@ def load_tokens(name: str, mmap: bool = True) -> Tuple[np.ndarray, np.ndarray]:
     return tokens, offsets
 
 
+# The linux splits of the mixing eval (issue 20): the datastore is the first linux documents (in
+# path order) holding >= 200M tokens, i.e. the `linux200m` index; the documents after it are split
+# by position: every 1000th is held out, every 1000th shifted by 500 is validation (for fitting
+# lambdas and mixing models), the rest trains the linux GPT-2. Disjoint by construction.
+LINUX_DATASTORE_TOKENS = 200_000_000
+LINUX_SPLITS = ("datastore", "train", "validation", "heldout")
+
+
+def linux_split_docs(split: str) -> np.ndarray:
+    """Document indices (into the `linux` corpus) of one linux split, in corpus order."""
+    if split not in LINUX_SPLITS:
+        raise ValueError(f"split must be one of {LINUX_SPLITS}, got {split!r}")
+    _, offsets = load_tokens("linux")
+    n_store = int(np.searchsorted(offsets, LINUX_DATASTORE_TOKENS, side="left"))
+    if split == "datastore":
+        return np.arange(n_store)
+    rest = np.arange(n_store, len(offsets) - 1)
+    pos = np.arange(len(rest)) % 1000
+    mask = {"heldout": pos == 0, "validation": pos == 500, "train": (pos != 0) & (pos != 500)}[split]
+    return rest[mask]
+
+
+def linux_split_tokens(split: str, max_tokens: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """(tokens, offsets) of a linux split's documents, like :func:`load_tokens` (a copy in memory);
+    ``max_tokens`` keeps only the first documents holding at most that many tokens."""
+    tokens, offsets = load_tokens("linux")
+    parts, ends = [], [0]
+    for d in linux_split_docs(split):
+        doc = tokens[offsets[d]:offsets[d + 1]]
+        if max_tokens is not None and ends[-1] + len(doc) > max_tokens:
+            break
+        parts.append(np.asarray(doc))
+        ends.append(ends[-1] + len(doc))
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.uint16)
+    return flat, np.asarray(ends, dtype=np.uint64)
+
+
 def iter_docs(name: str) -> Iterator[np.ndarray]:
     tokens, offsets = load_tokens(name)
     for i in range(len(offsets) - 1):

@@ -31,16 +31,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpora  # noqa: E402
 
 MODEL_DIR_NAME = "gpt2-small-stdlib"
+MODEL_DIR_NAMES = {"stdlib": MODEL_DIR_NAME, "linux": "gpt2-small-linux"}
+# The linux model trains on the linux `train` split (disjoint from the 200M-token datastore and
+# from the validation/held-out documents, see corpora.linux_split_docs); its first 12M tokens are
+# plenty for the 1800 x 4 x 512 = 3.7M tokens it sees (about 60 minutes on the 2-core CPU).
+LINUX_STREAM_TOKENS = 12_000_000
+DEFAULT_STEPS = {"stdlib": 600, "linux": 1800}
 
 
-def default_model_dir() -> Path:
-    return corpora.cache_dir() / MODEL_DIR_NAME
+def default_model_dir(corpus: str = "stdlib") -> Path:
+    return corpora.cache_dir() / MODEL_DIR_NAMES[corpus]
 
 
-def training_stream(train_frac: float) -> np.ndarray:
-    """Token stream of the first `train_frac` of the reference files, each preceded by EOS."""
-    tokens, offsets = corpora.load_tokens("stdlib.reference")
-    n_docs = int(round((len(offsets) - 1) * train_frac))
+def training_stream(train_frac: float, corpus: str = "stdlib") -> np.ndarray:
+    """Token stream of the training documents, each preceded by EOS: the first `train_frac` of the
+    stdlib reference files, or the first LINUX_STREAM_TOKENS of the linux train split."""
+    if corpus == "linux":
+        tokens, offsets = corpora.linux_split_tokens("train", max_tokens=LINUX_STREAM_TOKENS)
+        n_docs = len(offsets) - 1
+    else:
+        tokens, offsets = corpora.load_tokens("stdlib.reference")
+        n_docs = int(round((len(offsets) - 1) * train_frac))
     parts = []
     for i in range(n_docs):
         parts.append(np.array([corpora.EOS_TOKEN_ID], dtype=np.int64))
@@ -68,13 +79,14 @@ def build_model(args: argparse.Namespace):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="model directory (default <cache>/gpt2-small-stdlib)")
+    ap.add_argument("--corpus", choices=sorted(MODEL_DIR_NAMES), default="stdlib")
+    ap.add_argument("--out", type=Path, default=None, help="model directory (default <cache>/gpt2-small-<corpus>)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--embd", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=None, help="default 600 (stdlib) or 1800 (linux)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--dropout", type=float, default=0.0)
@@ -83,24 +95,37 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--force", action="store_true", help="retrain even if a finished model exists")
+    ap.add_argument("--device", default="cpu", help="torch device to train on (cpu, cuda)")
+    ap.add_argument("--stream-file", type=Path, default=None,
+                    help="train on this .npy token stream (written by --write-stream) instead of the corpus")
+    ap.add_argument("--write-stream", type=Path, default=None,
+                    help="only write the training stream to this .npy file (to train elsewhere) and exit")
     args = ap.parse_args(argv)
-    out = args.out or default_model_dir()
+    args.steps = args.steps or DEFAULT_STEPS[args.corpus]
+    if args.write_stream:
+        np.save(args.write_stream, training_stream(args.train_frac, args.corpus).astype(np.uint16))
+        print(f"wrote {args.write_stream}")
+        return
+    out = args.out or default_model_dir(args.corpus)
     if (out / "train_info.json").exists() and not args.force:
         print(f"{out} already holds a trained model (train_info.json); --force to retrain")
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    stream = training_stream(args.train_frac)
-    print(f"training stream: {len(stream):,} tokens from {args.train_frac:.0%} of the reference files", flush=True)
+    if args.stream_file:
+        stream = np.load(args.stream_file).astype(np.int64)
+    else:
+        stream = training_stream(args.train_frac, args.corpus)
+    print(f"training stream: {len(stream):,} tokens ({args.corpus})", flush=True)
 
-    model = build_model(args)
+    model = build_model(args).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     ckpt = out / "checkpoint.pt"
     step, elapsed, losses = 0, 0.0, []
     rng = np.random.default_rng(args.seed)
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=False, map_location=args.device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, elapsed, losses = state["step"], state["elapsed"], state["losses"]
@@ -112,7 +137,7 @@ def main(argv=None) -> None:
     t0 = time.time() - elapsed
     while step < args.steps:
         starts = rng.integers(0, len(stream) - args.seq_len, size=args.batch)
-        x = torch.from_numpy(np.stack([stream[s:s + args.seq_len] for s in starts]))
+        x = torch.from_numpy(np.stack([stream[s:s + args.seq_len] for s in starts])).to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         loss = model(input_ids=x, labels=x).loss
@@ -132,11 +157,12 @@ def main(argv=None) -> None:
                         "elapsed": time.time() - t0, "losses": losses, "rng": rng.bit_generator.state,
                         "torch_rng": torch.get_rng_state()}, ckpt)
     model.eval()
-    model.save_pretrained(out)
+    model.to("cpu").save_pretrained(out)
     corpora.load_tokenizer().save_pretrained(out)
     info = {"params": n_params, "layers": args.layers, "embd": args.embd, "heads": args.heads,
             "seq_len": args.seq_len, "batch": args.batch, "steps": args.steps, "lr": args.lr,
             "tokens_seen": args.steps * args.batch * args.seq_len, "train_stream_tokens": int(len(stream)),
+            "corpus": args.corpus, "device": args.device,
             "train_frac": args.train_frac, "seed": args.seed, "minutes": round((time.time() - t0) / 60, 2),
             "final_train_loss": float(np.mean(losses[-20:]))}
     (out / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
