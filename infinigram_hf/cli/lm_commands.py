@@ -28,10 +28,11 @@ def _add_index(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-context", type=int, default=100, help="longest context used, in tokens (default 100)")
 
 
-def _add_method(p: argparse.ArgumentParser, default: str, default_k: str) -> None:
-    p.add_argument("--method", choices=["infgram", "backoff", "kn", "wb"], default=default,
-                   help=f"∞-gram, selective back-off, Kneser-Ney, Witten-Bell (default {default})")
-    p.add_argument("--k", default=default_k, help=f"back-off levels, or 'all' (default {default_k})")
+def _add_method(p: argparse.ArgumentParser) -> None:
+    # One default for sampling and scoring, as InfiniGramLM has (the post's setting: --method backoff --k 2).
+    p.add_argument("--method", choices=["infgram", "backoff", "kn", "wb"], default="kn",
+                   help="∞-gram, selective back-off, Kneser-Ney, Witten-Bell (default kn)")
+    p.add_argument("--k", default="all", help="back-off levels, or 'all' (default all)")
     p.add_argument("--decay", type=float, default=0.1, help="back-off level weight decay (default 0.1)")
     p.add_argument("--order", type=int, default=None, help="kn / wb: fixed order n (default: unbounded)")
     p.add_argument("--smoothing", default=None, help="kn: smoothing parameters JSON (from lm-tune)")
@@ -72,7 +73,7 @@ def add_generate(sub: Any) -> None:
     g.add_argument("--prompt", default="", help="prompt text")
     g.add_argument("--prompt-ids", default=None, help="prompt as comma-separated token ids")
     p.add_argument("--max-new-tokens", type=int, default=200)
-    _add_method(p, "backoff", "2")
+    _add_method(p)
     p.add_argument("--greedy", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -149,7 +150,7 @@ def add_lm_perplexity(sub: Any) -> None:
     p.add_argument("--text", action="append", help="a text (repeatable)")
     p.add_argument("--text-file", action="append", help="a file holding one text (repeatable)")
     p.add_argument("--ids", default=None, help="a text as comma-separated ids")
-    _add_method(p, "kn", "all")
+    _add_method(p)
     p.add_argument("--start", type=int, default=1, help="first scored position of each text (default 1)")
     p.add_argument("--eod", action="store_true", help="count end of document as a continuation")
     p.set_defaults(func=run_lm_perplexity)

@@ -102,7 +102,7 @@ def _sampling(greedy: bool, temperature: float, top_k: int, top_p: float) -> Any
 
 def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, list]],
                         sample_chunk: Callable[..., Any], prompt: Union[str, Sequence[int], np.ndarray] = "",
-                        max_new_tokens: int = 200, *, method: str = "backoff", k: Any = UNSET,
+                        max_new_tokens: int = 200, *, method: str = "kn", k: Any = UNSET,
                         decay: Any = UNSET, max_context: Optional[int] = None,
                         order: Any = UNSET, smoothing: Any = UNSET, eod: bool = True,
                         greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -114,8 +114,9 @@ def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, 
     """Sample a continuation of `prompt` from the ∞-gram LM (the body of `InfiniGramLM.generate`,
     which passes its C configuration and sampling calls as `configure` and `sample_chunk`).
 
-    method / k / decay / order / smoothing: the distribution (see InfiniGramLM); the default is
-        the post's selective back-off with k=2 levels, which avoids verbatim copying.
+    method / k / decay / order / smoothing: the distribution (see InfiniGramLM; InfiniGramLM.generate
+        passes the LM's own, Kneser-Ney by default, so sampling and scoring agree). The post's
+        generation setting is method="backoff", k=2.
     eod: end of document is a possible next token; sampling it ends the output.
     greedy, temperature (0 = greedy), top_k, top_p: as in transformers (temperature first).
         Plain sampling (temperature 1, no top-k / top-p) draws a uniform suffix-array rank.
@@ -151,8 +152,6 @@ def sample_continuation(lm: "InfiniGramLM", configure: Callable[..., Tuple[Any, 
     if isinstance(prompt, str) or starts_with:
         if lm.tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer: pass token ids")
-    if method == "backoff" and k is UNSET:
-        k = 2  # the post's generation setting: two levels avoid verbatim copying
     cfg, keep = configure(method, k=k, decay=decay, eod=eod, max_context=max_context, order=order,
                          smoothing=smoothing)
     smp = _sampling(greedy, temperature, top_k, top_p)

@@ -41,6 +41,7 @@ from .generation import sample_continuation
 from .smoothing import SmoothingParams
 
 METHODS = ("infgram", "backoff", "kn", "wb")
+DEFAULT_METHOD = "kn"  # finite perplexity, proper distributions: one default for scoring and sampling
 _CODES = {"infgram": lib.IG_LM_INFGRAM, "backoff": lib.IG_LM_BACKOFF, "kn": lib.IG_LM_SMOOTH,
           "wb": lib.IG_LM_SMOOTH}
 NSTAT = int(lib.IG_LM_NSTAT)
@@ -74,6 +75,19 @@ class LMPerplexityResult:
         return self.num_tokens / self.seconds if self.seconds > 0 else math.inf
 
 
+def _check_method_options(method: str, **opts: Any) -> None:
+    """A known method, and no option of another method (method="kn", k=3 once ignored k silently)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    given = {n for n, v in opts.items() if v is not UNSET and v is not None}
+    stray = sorted(given & {"k", "decay"}) if method != "backoff" else []
+    stray += sorted(given & {"order", "smoothing"}) if method not in ("kn", "wb") else []
+    if stray:
+        applies = {"k": "'backoff'", "decay": "'backoff'", "order": "'kn' and 'wb'", "smoothing": "'kn' and 'wb'"}
+        raise ValueError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} to method "
+                         f"{applies[stray[0]]} only, not {method!r}")
+
+
 class InfiniGramLM:
     """The ∞-gram LM over an index (see the module docstring for the methods).
 
@@ -84,13 +98,23 @@ class InfiniGramLM:
         max_context: longest context any method may use (the post caps it at 100).
         cache_entries: the most entries the continuation-count cache grows to (0 = default,
             2^18; it starts small, so memory follows use).
+        method, k, decay, order, smoothing: the LM's distribution, used by score(), perplexity(),
+            distribution() and generate() alike unless a call names another method (default:
+            interpolated Kneser-Ney, unbounded order; back-off uses every level unless k= is given,
+            so what you score is what you sample). A call's options override these for the same
+            method; a call naming another method starts from that method's defaults.
 
     One handle is used under a lock: for parallel scoring, make one InfiniGramLM per thread.
     """
 
     def __init__(self, index: Union[InfiniGramIndex, str, Path], tokenizer: Any = None, *,
-                 max_context: int = 100, cache_entries: int = 0):
+                 max_context: int = 100, cache_entries: int = 0, method: str = DEFAULT_METHOD,
+                 k: Any = UNSET, decay: Any = UNSET, order: Any = UNSET, smoothing: Any = UNSET):
         max_context = int_arg("max_context", max_context, 0, MAX_CONTEXT)
+        _check_method_options(method, k=k, decay=decay, order=order, smoothing=smoothing)
+        self.method = method
+        self._method_opts = {n: v for n, v in (("k", k), ("decay", decay), ("order", order),
+                                                ("smoothing", smoothing)) if v is not UNSET}
         cache_entries = int_arg("cache_entries", cache_entries, 0, MAX_CACHE_ENTRIES)
         if not is_index(index):
             index = InfiniGramIndex.open(index)
@@ -113,7 +137,14 @@ class InfiniGramLM:
         self._lm = ffi.gc(out[0], lib.ig_lm_free)
 
     def __repr__(self) -> str:
-        return f"InfiniGramLM({self.index!r}, max_context={self.max_context})"
+        opts = "".join(f", {n}={v!r}" for n, v in self._method_opts.items() if n != "smoothing")
+        return f"InfiniGramLM({self.index!r}, method={self.method!r}{opts}, max_context={self.max_context})"
+
+    def _resolve(self, method: Optional[str], opts: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        """The method and options of one call: the LM's own unless the call names another method."""
+        if method is None or method == self.method:
+            return self.method, {**self._method_opts, **opts}
+        return method, opts
 
     @property
     def vocab_size(self) -> int:
@@ -152,16 +183,7 @@ class InfiniGramLM:
                 smoothing: Any = UNSET) -> Tuple[Any, list]:
         """A C ig_lm_config for the method, and the buffers it points into (keep them alive).
         An option of another method is refused (method="kn", k=3 once ignored k silently)."""
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        stray = [n for n, v in (("k", k), ("decay", decay)) if v is not UNSET and v is not None] \
-            if method != "backoff" else []
-        stray += [n for n, v in (("order", order), ("smoothing", smoothing)) if v is not UNSET and v is not None] \
-            if method not in ("kn", "wb") else []
-        if stray:
-            applies = {"k": "'backoff'", "decay": "'backoff'", "order": "'kn' and 'wb'", "smoothing": "'kn' and 'wb'"}
-            raise ValueError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} to method "
-                             f"{applies[stray[0]]} only, not {method!r}")
+        _check_method_options(method, k=k, decay=decay, order=order, smoothing=smoothing)
         k = None if k is UNSET else k
         decay = 0.1 if decay is UNSET else decay
         order = None if order is UNSET else order
@@ -197,9 +219,11 @@ class InfiniGramLM:
 
     # ------------------------------------------------------------ scoring
 
-    def score(self, ids: Union[str, Sequence[int], np.ndarray], method: str = "kn", **opts: Any) -> LMScoreResult:
-        """P(ids[i] | ids[:i]) for every position under `method` (options: k, decay, floor,
-        eod, max_context, order, smoothing; see the module docstring)."""
+    def score(self, ids: Union[str, Sequence[int], np.ndarray], method: Optional[str] = None,
+              **opts: Any) -> LMScoreResult:
+        """P(ids[i] | ids[:i]) for every position under `method` (default: the LM's; options: k,
+        decay, floor, eod, max_context, order, smoothing; see the module docstring)."""
+        method, opts = self._resolve(method, opts)
         q = self.encode(ids)
         if method == "backoff":
             opts.setdefault("floor", 1e-10)
@@ -218,7 +242,7 @@ class InfiniGramLM:
         check(rc, err)
         return LMScoreResult(probs=probs, suffix_len=slen, sparse=sparse.astype(bool))
 
-    def perplexity(self, texts: Union[str, Iterable[Any]], method: str = "kn", *, start: int = 1,
+    def perplexity(self, texts: Union[str, Iterable[Any]], method: Optional[str] = None, *, start: int = 1,
                    text_column: str = "text", **opts: Any) -> LMPerplexityResult:
         """Perplexity over texts (strings or id sequences, or a `datasets.Dataset` with a
         `text_column` or input_ids), each scored on its own; positions before `start` (default
@@ -236,6 +260,7 @@ class InfiniGramLM:
                                                       isinstance(texts[0], (int, np.integer))):
             texts = [texts]
         start = int_arg("start", start, 0)
+        method, opts = self._resolve(method, opts)
         t0 = time.perf_counter()
         total, count, n_texts = 0.0, 0, 0
         for text in texts:
@@ -249,10 +274,11 @@ class InfiniGramLM:
         return LMPerplexityResult(perplexity=math.exp(nll) if count else float("nan"), nll=nll,
                                 num_tokens=count, num_texts=n_texts, seconds=secs, method=method)
 
-    def distribution(self, context: Union[str, Sequence[int], np.ndarray], method: str = "kn",
+    def distribution(self, context: Union[str, Sequence[int], np.ndarray], method: Optional[str] = None,
                      **opts: Any) -> np.ndarray:
-        """Dense next-token distribution after `context`: vocab_size + 1 probabilities, the last
-        one being end of document (0 unless eod=True). Sums to 1."""
+        """Dense next-token distribution after `context` (method: default the LM's): vocab_size + 1
+        probabilities, the last one being end of document (0 unless eod=True). Sums to 1."""
+        method, opts = self._resolve(method, opts)
         q = self.encode(context)
         if self._remote:
             return np.array(self.index.call("lm_distribution", {"method": method, "options": opts}, {"ids": q})[1]["probs"])
@@ -340,8 +366,12 @@ class InfiniGramLM:
         return out[:k], sl[:k], mt[:k], int(ended[0])
 
     def generate(self, prompt: Union[str, Sequence[int], np.ndarray] = "", max_new_tokens: int = 200,
-                 **kwargs: Any) -> Any:
-        """Sample a continuation of `prompt`; see infinigram_hf.lm.generation.sample_continuation
-        for every option (method, k, decay, greedy / temperature / top_k / top_p, seed, stop
-        strings and the constraints starts_with / ends_with / contains / min_length / max_length)."""
-        return sample_continuation(self, self._config, self._sample_chunk, prompt, max_new_tokens, **kwargs)
+                 method: Optional[str] = None, **kwargs: Any) -> Any:
+        """Sample a continuation of `prompt` from the LM's distribution (or `method`'s); see
+        infinigram_hf.lm.generation.sample_continuation for every option (method, k, decay,
+        greedy / temperature / top_k / top_p, seed, stop strings and the constraints
+        starts_with / ends_with / contains / min_length / max_length)."""
+        method_opts = {n: kwargs.pop(n) for n in ("k", "decay", "order", "smoothing") if n in kwargs}
+        method, method_opts = self._resolve(method, method_opts)
+        return sample_continuation(self, self._config, self._sample_chunk, prompt, max_new_tokens,
+                                   method=method, **method_opts, **kwargs)

@@ -166,9 +166,12 @@ def test_generation_is_reproducible_and_chunk_invariant(names_lm):
 
 def test_names_end_at_end_of_document(names_lm):
     for s in range(20):
-        g = names_lm.generate("", 50, seed=s)
+        g = names_lm.generate("", 50, seed=s, method="backoff")
         assert g.finish_reason == "end_of_document"
         assert g.text and set(g.text) <= set("".join(NAMES))
+        # Kneser-Ney (the default) keeps some mass on every token of the vocabulary, as its
+        # scores do, so it may sample bytes no name has; it still ends at end of document
+        assert names_lm.generate("", 50, seed=s).finish_reason == "end_of_document"
     # the ∞-gram copies a document verbatim once the match is unique
     g = names_lm.generate("rosal", 50, method="infgram", seed=0)
     assert g.text == "ia" and g.finish_reason == "end_of_document"
@@ -204,7 +207,8 @@ def test_impossible_constraints(names_lm):
 
 def test_stop_strings(tmp_path):
     text = "the cat sat.\nthe dog ran.\nthe cat ran.\n" * 3
-    lm = InfiniGramLM(build_index([text], tmp_path / "ix", progress=False))
+    # back-off samples only continuations the corpus has (KN's floor would spell new words here)
+    lm = InfiniGramLM(build_index([text], tmp_path / "ix", progress=False), method="backoff", k=2)
     for s in range(10):
         g = lm.generate("the ", 100, seed=s, stop="\n", eod=False)
         assert "\n" not in g.text and g.finish_reason == "stop"
@@ -260,7 +264,7 @@ SENTENCES = ["the quick brown fox jumps over the lazy dog", "the lazy dog sleeps
 def test_word_and_bpe_level(tmp_path, make_tok):
     tok = make_tok(SENTENCES)
     idx = build_index(SENTENCES, tmp_path / "ix", tokenizer=tok, progress=False)
-    lm = InfiniGramLM(idx)
+    lm = InfiniGramLM(idx, method="backoff", k=2)  # only words the corpus has (KN's floor spells new ones)
     g = lm.generate("the quick", 80, seed=0)
     assert g.text and g.finish_reason == "end_of_document"
     assert all(w in " ".join(SENTENCES).split() for w in g.text.split())
@@ -279,8 +283,31 @@ def test_options_of_another_method_are_refused(tmp_path):
         lm.score([1, 2, 3], "backoff", order=3)
     with pytest.raises(ValueError, match="decay applies"):
         lm.generate([1], 3, method="infgram", decay=0.5, seed=0)
-    assert lm.generate([1], 3, seed=0) is not None            # back-off, k=2: the defaults still work
+    assert lm.generate([1], 3, seed=0) is not None            # the defaults still work
     assert lm.perplexity([[1, 2, 3]], method="backoff", k=2).perplexity > 0
+
+
+def test_one_distribution_for_scoring_and_sampling(tmp_path):
+    """issue 13: generate() sampled from back-off k=2 while score()/perplexity() used KN. Now the
+    LM's method (and its options) is the default of every call; a call may name another."""
+    ix = make_index([[1, 2, 3, 1, 2, 4, 1, 2, 3, 5]], tmp_path, vocab_size=8)
+    kn, bo = InfiniGramLM(ix), InfiniGramLM(ix, method="backoff", k=2)
+    assert kn.method == "kn" and bo.method == "backoff" and "k=2" in repr(bo)
+    ctx = [1, 2]
+    assert np.allclose(kn.distribution(ctx), kn.distribution(ctx, "kn"))
+    assert np.allclose(bo.distribution(ctx), kn.distribution(ctx, "backoff", k=2))
+    assert np.allclose(bo.score([1, 2, 3]).probs, kn.score([1, 2, 3], "backoff", k=2).probs)
+    assert bo.perplexity([[1, 2, 3]]).method == "backoff"
+    # greedy generation follows the same distribution as distribution()
+    for lm in (kn, bo):
+        g = lm.generate(ctx, 1, greedy=True, eod=False)
+        assert g.token_ids[-1] == int(np.argmax(lm.distribution(ctx)[:-1]))
+    # a call naming another method starts from that method's defaults, not the LM's options
+    assert bo.perplexity([[1, 2, 3]], "kn").method == "kn"
+    with pytest.raises(ValueError, match="k applies to method 'backoff' only"):
+        InfiniGramLM(ix, method="kn", k=3)
+    with pytest.raises(ValueError, match="method must be one of"):
+        InfiniGramLM(ix, method="katz")
 
 
 def test_perplexity_takes_a_dataset(tmp_path):
