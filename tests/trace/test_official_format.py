@@ -195,7 +195,22 @@ def official_hf(tiny_index, tiny_tok, tmp_path_factory):
     base = tmp_path_factory.mktemp("offhf")
     path = ours_to_official(tiny_index.paths[0], base / "official", token_width=2, progress=False)
     tiny_tok.backend_tokenizer.save(str(base / "tokenizer.json"))
+    tiny_tok.save_pretrained(str(base / "tokdir"))
     return path, base / "tokenizer.json"
+
+
+def test_the_tokenizer_given_at_open_is_the_indexs(official_hf, tiny_index, tiny_tok):
+    """open(official, tokenizer=DIR) loads it (the vocabulary was len() of the path string) and
+    trace() without a tokenizer then uses it: decoded texts and its word starts."""
+    path, tok_json = official_hf
+    ids = tiny_tok.encode(" " + TEXTS[3][200:500])
+    want = trace(ids, tiny_index, tiny_tok, stop_at_eos=False)
+    for given in (str(tok_json.parent / "tokdir"), tiny_tok):
+        with InfiniGramIndex.open(path, tokenizer=given) as index:
+            assert index.vocab_size == len(tiny_tok) and index.tokenizer is not None
+            got = trace(ids, index, stop_at_eos=False)
+            assert got.tokenizer is index.tokenizer and got.as_dict()["text"] == want.as_dict()["text"]
+            assert [(s.start, s.end) for s in got.spans] == [(s.start, s.end) for s in want.spans]
 
 
 def test_trace_on_an_official_index_equals_ours(official_hf, tiny_index, tiny_tok, tmp_path):
