@@ -182,8 +182,8 @@ class InfiniGramIndex:
         the official ``token_dtype``) is inferred from the file sizes when unambiguous. End of
         document is reported as the separator id, as for our own indexes. It may be opened
         together with our own indexes of the same vocabulary. A `tokenizer` given (for any
-        index, checked against its vocabulary) becomes ``index.tokenizer``, which `trace`, the
-        CLI and the HF integration then use.
+        index, checked against its vocabulary) becomes ``index.tokenizer``, which `trace` and
+        the CLI then use.
         """
         if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
             if subtract is not None:
