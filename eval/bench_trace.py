@@ -22,8 +22,10 @@ Figures:
         resolved to (document, offset) (max_docs=1000, no text window) vs official
         `attribute(input_ids, [], 8, 1000, False)` (its (shard, pointer) of every occurrence).
   exactness: every answer compared (spans: start, end, count; creativity: rs);
-  generated text: the share of generated tokens in verbatim spans, a GPT-2 alone, with the
+  generated text: the share of generated tokens in verbatim spans and the creativity curve
+    (eval/plots/creativity_generated.png), the eval GPT-2 (eval/train_gpt2.py) alone, with the
     processor, and with the processor's memorisation guard (see samples()).
+    .venv/bin/python eval/bench_trace.py --samples-only   # only this part, the rest kept
 Results: eval/results/trace_bench.json; markdown on stdout for eval/RESULTS.md.
 """
 from __future__ import annotations
@@ -77,15 +79,23 @@ def coverage(ix: Any, texts: List[List[int]]) -> Dict[str, Any]:
 
 
 def plot_curve(curve: Dict[int, float], out: Path, title: str) -> None:
+    plot_curves({"held-out files": curve}, out, title)
+
+
+def plot_curves(curves: Dict[str, Dict[int, float]], out: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(list(curve), list(curve.values()), marker=".")
+    for label, curve in curves.items():
+        ns = [int(n) for n in curve]
+        ax.plot(ns, list(curve.values()), marker=".", markersize=3, label=label)
     ax.set_xlabel("n (tokens)")
     ax.set_ylabel("creativity index (share of tokens\nin no corpus span of >= n tokens)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
+    if len(curves) > 1:
+        ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -166,39 +176,72 @@ def compare(kind: str, texts: List[List[int]], ours: list, theirs: list) -> Dict
     return {"texts_equal": same, "texts_different": diff, "different_where_official_misses_smallest_id": diff_rank0}
 
 
-def samples(ix: Any, texts: List[List[int]], n_prompts: int, new_tokens: int) -> Dict[str, Any]:
-    """Generated text traced back: a GPT-2 alone, with the ∞-gram processor, and with the
-    processor and the memorisation guard (max_copy_len=16); share of generated tokens inside a
-    verbatim corpus span of >= 8 / 16 / 32 tokens (spans inside the generated part)."""
+def load_model(model_dir: Any) -> tuple:
+    """(model, description): the eval GPT-2 (eval/train_gpt2.py, save_pretrained format) from
+    model_dir, or, with None, an untrained stand-in (random weights)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = corpora.load_tokenizer()
+    if model_dir is None:
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=64, n_layer=2, n_head=2,
+                                           bos_token_id=corpora.EOS_TOKEN_ID, eos_token_id=corpora.EOS_TOKEN_ID))
+        return model.eval(), "untrained GPT-2 2x64"
+    model = GPT2LMHeadModel.from_pretrained(str(model_dir)).eval()
+    info_path = Path(model_dir) / "train_info.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    cfg = model.config
+    desc = (f"eval GPT-2 {cfg.n_layer}x{cfg.n_embd} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"parameters, eval/train_gpt2.py"
+            + (f": {info['steps']} steps, {info['tokens_seen']:,} tokens seen, final train loss "
+               f"{info['final_train_loss']:.2f}" if {"steps", "tokens_seen", "final_train_loss"} <= set(info) else "")
+            + ")")
+    return model, desc
+
+
+def samples(ix: Any, texts: List[List[int]], n_prompts: int, new_tokens: int, model_dir: Any = None) -> Dict[str, Any]:
+    """Generated text traced back: a GPT-2 alone, with the ∞-gram processor, and with the
+    processor and the memorisation guard (max_copy_len=16); share of generated tokens inside a
+    verbatim corpus span of >= 8 / 16 / 32 tokens (spans inside the generated part), and the
+    creativity curve of each."""
+    import torch
 
     from infinigram_hf import InfiniGramLogitsProcessor
 
     tok = corpora.load_tokenizer()
-    torch.manual_seed(0)
-    # An untrained GPT-2 (random weights) stands in for the eval GPT-2 (eval/train_gpt2.py), which
-    # could not be trained on this loaded machine in time: the neural part is noise here.
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=64, n_layer=2, n_head=2,
-                                       bos_token_id=corpora.EOS_TOKEN_ID, eos_token_id=corpora.EOS_TOKEN_ID)).eval()
+    model, desc = load_model(model_dir)
     prompts = torch.tensor([t[:32] for t in texts[:n_prompts]])
     settings = {"model alone": None,
                 "with the processor": dict(lambda_sparse=0.9, lambda_dense=0.5),
                 "processor + guard (max_copy_len=16)": dict(lambda_sparse=0.9, lambda_dense=0.5, max_copy_len=16)}
-    out: Dict[str, Any] = {"prompts": len(prompts), "new_tokens": new_tokens, "model": "untrained GPT-2 2x64",
+    out: Dict[str, Any] = {"prompts": len(prompts), "new_tokens": new_tokens, "model": desc,
                            "sampling": "do_sample, top_k=50, seed 0"}
     for name, kw in settings.items():
         procs = [InfiniGramLogitsProcessor(ix, tokenizer=tok, **kw)] if kw else []
         torch.manual_seed(0)
-        gen = model.generate(prompts, attention_mask=torch.ones_like(prompts), logits_processor=procs,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=50,
-                             pad_token_id=corpora.EOS_TOKEN_ID)[:, prompts.shape[1]:].tolist()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            gen = model.generate(prompts, attention_mask=torch.ones_like(prompts), logits_processor=procs,
+                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, top_k=50,
+                                 pad_token_id=corpora.EOS_TOKEN_ID)[:, prompts.shape[1]:].tolist()
         cre = ix.creativity_batch(gen, n_threads=1)
         total = sum(len(g) for g in gen)
         out[name] = {str(k): round(sum(int(c.covered(k).sum()) for c in cre) / total, 4) for k in SPAN_LENS}
         out[name]["longest"] = max(int(c.match_len.max()) for c in cre)
-        log(f"samples, {name}: {out[name]}")
+        out[name]["creativity_curve"] = {n: float(np.mean([c.index(n) for c in cre])) for n in CURVE_NS}
+        out[name]["generate_s"] = round(time.perf_counter() - t0, 1)
+        log(f"samples, {name}: { {k: v for k, v in out[name].items() if k != 'creativity_curve'} }")
     return out
+
+
+def plot_samples(res: Dict[str, Any]) -> None:
+    sm = res["samples"]
+    curves = {"held-out files": res["coverage"]["creativity_curve"]}
+    curves.update({f"generated: {name}": sm[name]["creativity_curve"] for name in
+                   ("model alone", "with the processor", "processor + guard (max_copy_len=16)")})
+    plot_curves(curves, PLOTS / "creativity_generated.png",
+                f"vs stdlib.reference ({res['index_tokens'] / 1e6:.1f}M tokens); {sm['model'].split(' (')[0]}")
 
 
 def markdown(res: Dict[str, Any]) -> str:
@@ -238,23 +281,47 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--prompts", type=int, default=8, help="generation prompts (0: no generation)")
-    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=16, help="generation prompts (0: no generation)")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="the GPT-2 generating (save_pretrained directory; default: <cache>/gpt2-small-stdlib "
+                         "from eval/train_gpt2.py when it is there, else an untrained stand-in)")
+    ap.add_argument("--untrained", action="store_true", help="generate with an untrained stand-in GPT-2")
+    ap.add_argument("--samples-only", action="store_true",
+                    help="only the generation part, into the existing eval/results/trace_bench.json")
     args = ap.parse_args()
+    model_dir = None
+    if not args.untrained:
+        from train_gpt2 import default_model_dir
+        model_dir = args.model or default_model_dir()
+        if not (Path(model_dir) / "config.json").is_file():
+            if args.model:
+                sys.exit(f"--model {args.model}: no config.json there")
+            log(f"no trained model at {model_dir}: an untrained stand-in generates")
+            model_dir = None
     ix = our_index("stdlib.reference")
-    peer = None if args.no_peer else load_official("stdlib.reference")
     texts = held_out_texts(args.files, args.max_tokens)
     log(f"{len(texts)} texts, {sum(map(len, texts)):,} tokens; index {ix.num_tokens:,} tokens")
-    res: Dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                           "index": "stdlib.reference", "index_tokens": ix.num_tokens, "args": vars(args)}
-    res["coverage"] = coverage(ix, texts)
-    plot_curve(res["coverage"]["creativity_curve"], PLOTS / "creativity_stdlib.png",
-               f"held-out stdlib files vs stdlib.reference ({ix.num_tokens / 1e6:.1f}M tokens)")
-    res["latency"] = latency(ix, peer, texts, args.rounds)
+    if args.samples_only:
+        res = json.loads((RESULTS / "trace_bench.json").read_text())
+        cov = res["coverage"]
+        cov["creativity_curve"] = {int(n): v for n, v in cov["creativity_curve"].items()}  # (JSON keys are strings)
+        res["samples_command"] = " ".join(sys.argv)
+        res["samples_date"] = time.strftime("%Y-%m-%d")
+    else:
+        peer = None if args.no_peer else load_official("stdlib.reference")
+        res = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+               "index": "stdlib.reference", "index_tokens": ix.num_tokens, "args": vars(args)}
+        res["args"]["model"] = str(model_dir) if model_dir else None
+        res["coverage"] = coverage(ix, texts)
+        plot_curve(res["coverage"]["creativity_curve"], PLOTS / "creativity_stdlib.png",
+                   f"held-out stdlib files vs stdlib.reference ({ix.num_tokens / 1e6:.1f}M tokens)")
+        res["latency"] = latency(ix, peer, texts, args.rounds)
     if args.prompts:
-        res["samples"] = samples(ix, texts, args.prompts, args.new_tokens)
+        res["samples"] = samples(ix, texts, args.prompts, args.new_tokens, model_dir)
+        plot_samples(res)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "trace_bench.json").write_text(json.dumps(res, indent=1) + "\n")
+    (RESULTS / "trace_bench.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     print(markdown(res))
 
 

@@ -188,7 +188,8 @@ def index_tokenizer(index: Any, tokenizer: Any = None, *, light: bool = False) -
     vocab_fingerprint and vocab_size).
 
     `tokenizer` (an HF tokenizer, a name or local path, or "bytes-utf8") wins, checked with
-    `check_tokenizer`. Otherwise the one saved in ``<index>/tokenizer/`` (never running code from
+    `check_tokenizer`. Otherwise the one the index was opened with (``open(tokenizer=)``,
+    ``from_pretrained``), else the one saved in ``<index>/tokenizer/`` (never running code from
     it; with ``light=True`` a saved tokenizer.json is read with `tokenizers` alone), else raw bytes
     for a byte-level index, else None (token ids only). The latter are cached per index.
     """
@@ -196,6 +197,9 @@ def index_tokenizer(index: Any, tokenizer: Any = None, *, light: bool = False) -
         tok = resolve_tokenizer(tokenizer)
         check_tokenizer(index, tok)
         return tok
+    given = getattr(index, "_given_tokenizer", None)  # InfiniGramIndex.open(tokenizer=) / from_pretrained
+    if given is not None:
+        return given
     with _SAVED_LOCK:
         cached = _SAVED.get(index)
         if cached is not None and light in cached:

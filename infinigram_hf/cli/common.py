@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
 
 from .._core.errors import InfiniGramError
-from .._core.safe_text import printable_json
+from .._core.safe_text import printable, printable_json
 
 PROG = "infinigram-hf"
 EXIT_USAGE = 2
@@ -72,14 +72,45 @@ def parse_columns(text: Optional[str]) -> List[str]:
     return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
-def open_index(paths: Sequence[str]) -> Any:
-    """Open one index directory, or several as one index."""
+def open_index(paths: Sequence[str], *, vocab_size: Optional[int] = None, token_width: Optional[int] = None,
+               tokenizer: Any = None) -> Any:
+    """Open one index directory, or several as one index. vocab_size / token_width / tokenizer
+    (an object) describe an index in the official infini-gram layout, whose files lack them
+    (ignored for our own indexes)."""
     from ..index.infinigram_index import InfiniGramIndex
 
     for p in paths:
         if not Path(p).is_dir():
             raise CLIError(f"index directory not found: {p}")
-    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else list(paths))
+    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else list(paths), vocab_size=vocab_size,
+                                token_width=token_width, tokenizer=tokenizer)
+
+
+def add_official_arguments(p: Any) -> None:
+    """--vocab-size / --token-width: what an official-layout index does not store."""
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="an official infini-gram index: its vocabulary size (default: the --tokenizer's length)")
+    p.add_argument("--token-width", type=int, choices=(1, 2, 4), default=None,
+                   help="an official index: bytes per token (its token_dtype u8/u16/u32; default: from the files)")
+
+
+def cli_tokenizer(name: Optional[str]) -> Any:
+    """--tokenizer as an object where it can be loaded without transformers: 'bytes', or a
+    tokenizer.json file (e.g. the one an official index was tokenized with, read with
+    `tokenizers` alone); else the name itself (a directory or hub name, loaded later), or None."""
+    from .._core import tokenization as tk
+
+    if name is None:
+        return None
+    if name == "bytes":
+        return tk.ByteTokenizer()
+    path = Path(name)
+    if path.is_file():
+        try:
+            return tk.SavedTokenizer(path)
+        except Exception as exc:  # tokenizers' own exception type for a file it cannot read
+            raise CLIError(f"--tokenizer {name}: not a tokenizer.json file ({printable(str(exc))[:200]})") from None
+    return name
 
 
 def load_index_tokenizer(index: Any, name: Optional[str] = None) -> Any:

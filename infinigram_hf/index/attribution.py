@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 import numpy as np
 
 from .._core.args import int_arg, n_threads_arg, opt_int_arg
+from .._core.interrupt import call_interruptibly
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .batch import as_batch
 
@@ -191,9 +192,9 @@ def creativity_batch(index: "InfiniGramIndex", texts: Any, *, offsets: Any = Non
     n, m = len(offs) - 1, len(values)
     match = np.zeros(max(m, 1), dtype=np.int64)
     err = err_buffer()
-    with index.native_handle() as ix:
-        rc = lib.ig_creativity_batch(ix, ptr(values, "uint32_t"), m, ptr(offs, "int64_t"), n, ptr(match, "int64_t"),
-                                     n_threads_arg(n_threads), err, len(err))
+    with index.native_handle() as ix:  # (Ctrl-C stops it: infinigram_hf._core.interrupt)
+        rc = call_interruptibly(lib.ig_creativity_batch, ix, ptr(values, "uint32_t"), m, ptr(offs, "int64_t"), n,
+                                ptr(match, "int64_t"), n_threads_arg(n_threads), work=m, tail=(err, len(err)))
     check(rc, err)
     return [Creativity(values[offs[i]:offs[i + 1]].copy(), match[offs[i]:offs[i + 1]].copy()) for i in range(n)]
 
@@ -225,23 +226,26 @@ def attribute_batch(index: "InfiniGramIndex", texts: Any, *, min_len: int = 1, m
     n_spans = np.zeros(max(n, 1), dtype=np.int64)
     sl, sr = np.zeros(slots, dtype=np.int64), np.zeros(slots, dtype=np.int64)
     sc = np.zeros(slots, dtype=np.uint64)
-    lo, hi = np.zeros(slots * S, dtype=np.int64), np.zeros(slots * S, dtype=np.int64)
+    # Suffix-array ranges (n_shards per span slot) only when documents are asked for: they are
+    # the bulk of the memory (16 bytes per token and shard).
+    ranges = max_docs > 0
+    lo, hi = (np.zeros(slots * S, dtype=np.int64), np.zeros(slots * S, dtype=np.int64)) if ranges else (None, None)
     opts = ffi.new("ig_attribute_opts *")
     opts.min_len, opts.max_count = min_len, U64_MAX if max_count is None else max_count
     opts.delimiter = ffi.NULL if delim is None else ptr(delim, "uint8_t")
     opts.word_start = ffi.NULL if ws is None else ptr(ws, "uint8_t")
     err = err_buffer()
-    with index.native_handle() as ix:
-        rc = lib.ig_attribute_batch(ix, ptr(values, "uint32_t"), m, ptr(offs, "int64_t"), n, opts,
-                                    ptr(n_spans, "int64_t"), ptr(sl, "int64_t"), ptr(sr, "int64_t"),
-                                    ptr(sc, "uint64_t"), ptr(lo, "int64_t"), ptr(hi, "int64_t"),
-                                    n_threads_arg(n_threads), err, len(err))
+    with index.native_handle() as ix:  # (Ctrl-C stops it: infinigram_hf._core.interrupt)
+        rc = call_interruptibly(lib.ig_attribute_batch, ix, ptr(values, "uint32_t"), m, ptr(offs, "int64_t"), n, opts,
+                                ptr(n_spans, "int64_t"), ptr(sl, "int64_t"), ptr(sr, "int64_t"), ptr(sc, "uint64_t"),
+                                ptr(lo, "int64_t") if ranges else ffi.NULL, ptr(hi, "int64_t") if ranges else ffi.NULL,
+                                n_threads_arg(n_threads), work=m, tail=(err, len(err)))
     check(rc, err)
     base = offs[:n] - (offs[0] if n else 0)
     keep = np.concatenate([np.arange(b, b + k) for b, k in zip(base, n_spans[:n])]) if n else np.zeros(0, np.int64)
     keep = keep.astype(np.int64)
     docs = _resolve_docs(index, lo.reshape(-1, S)[keep], hi.reshape(-1, S)[keep], sl[keep], sr[keep], max_docs,
-                         context)
+                         context) if ranges else [()] * len(keep)
     lps = unigram_logprobs(index, values[offs[0]:offs[-1]]) if n else np.zeros(0)
     cum = np.concatenate([[0.0], np.cumsum(lps)])
     out, k = [], 0
@@ -270,8 +274,9 @@ def _resolve_docs(index: "InfiniGramIndex", lo: np.ndarray, hi: np.ndarray, sl: 
     err = err_buffer()
     out = []
     with index.native_handle() as ix:
-        rc = lib.ig_locate_ranges(ix, ptr(lo, "int64_t"), ptr(hi, "int64_t"), k, max_docs, ptr(shard, "int32_t"),
-                                  ptr(doc, "int64_t"), ptr(off, "int64_t"), ptr(n_out, "int64_t"), err, len(err))
+        rc = call_interruptibly(lib.ig_locate_ranges, ix, ptr(lo, "int64_t"), ptr(hi, "int64_t"), k, max_docs,
+                                ptr(shard, "int32_t"), ptr(doc, "int64_t"), ptr(off, "int64_t"), ptr(n_out, "int64_t"),
+                                work=k * max_docs, tail=(err, len(err)))
         check(rc, err)
         for i in range(k):
             length = int(sr[i] - sl[i])

@@ -177,17 +177,21 @@ class InfiniGramIndex:
 
         A directory in the official infini-gram layout (``tokenized.0``, ``table.0``,
         ``offset.0``, ...; no meta.json) is served in place, read-only. Its files do not hold
-        the vocabulary, so pass `vocab_size` (or a `tokenizer`, whose length and eos id are
-        taken), and `eos_token_id` if documents end with one; `token_width` (1, 2, 4 bytes:
+        the vocabulary, so pass `vocab_size` (or a `tokenizer` -- an object, a name or a
+        directory -- whose length and eos id are taken), and `eos_token_id` if documents end with one; `token_width` (1, 2, 4 bytes:
         the official ``token_dtype``) is inferred from the file sizes when unambiguous. End of
         document is reported as the separator id, as for our own indexes. It may be opened
-        together with our own indexes of the same vocabulary.
+        together with our own indexes of the same vocabulary. A `tokenizer` given (for any
+        index, checked against its vocabulary) becomes ``index.tokenizer``, which `trace` and
+        the CLI then use.
         """
         if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
             if subtract is not None:
                 raise ValueError("subtract= is not available for a remote index")
             from .remote import RemoteIndex
             return RemoteIndex(path)  # type: ignore[return-value]
+        if isinstance(tokenizer, (str, os.PathLike)):  # a name or directory: its length is needed below
+            tokenizer = resolve_tokenizer(str(tokenizer))
         official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
                              token_width=token_width)
         if subtract is not None:  # the result owns both indexes
@@ -216,12 +220,24 @@ class InfiniGramIndex:
                     raise
             else:
                 if [_identity(p) for p in paths] == before:
-                    return index
+                    return index if tokenizer is None else cls._given(index, tokenizer)
                 index.close()
                 if time.monotonic() > deadline:
                     raise InfiniGramError(f"{paths[0]}: replaced {attempt + 1} times while being opened")
             time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _given(index: "InfiniGramIndex", tokenizer: Any) -> "InfiniGramIndex":
+        """The index with open(tokenizer=) as its `tokenizer` (checked against its vocabulary
+        first, as any tokenizer given later is)."""
+        try:
+            tk.check_tokenizer(index, tokenizer)
+        except BaseException:
+            index.close()
+            raise
+        index.tokenizer = tokenizer
+        return index
 
     @classmethod
     def from_pretrained(cls, repo_id_or_path: Union[str, os.PathLike], revision: Optional[str] = None,
@@ -252,6 +268,8 @@ class InfiniGramIndex:
                                               allow_patterns=allow_patterns, token=token, repo_type=repo_type,
                                               progress=progress)
         tok = open_kw.pop("tokenizer", None)
+        if isinstance(tok, (str, os.PathLike)):
+            tok = resolve_tokenizer(str(tok))
         named = config.get("tokenizer")
         if tok is None and load_tokenizer:
             if named:

@@ -7,6 +7,10 @@
  * over each text (about one binary search per token, as dense scoring), plus, for attribution,
  * one count per span reported.
  *
+ * cancel (may be NULL), as ig_score_batch's: once another thread sets *cancel to nonzero, the
+ * call stops within about a thousand tokens (or located occurrences) per thread and returns
+ * IG_ERR_CANCELLED, its outputs partly written.
+ *
  * Definitions, for a text x[0..m):
  *   match_len[l] = the length of the longest prefix of x[l..m) that occurs in the corpus.
  *   A candidate span starts at every l (with word_start: only where word_start[x[l]]):
@@ -36,7 +40,7 @@ extern "C" {
    starting at j inside its text. */
 int ig_creativity_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
                         const int64_t *offsets, int64_t n, int64_t *match_len, int n_threads,
-                        char *err, size_t errlen);
+                        const int *cancel, char *err, size_t errlen);
 
 typedef struct {
     int64_t min_len;           /* >= 1 */
@@ -52,7 +56,8 @@ typedef struct {
 int ig_attribute_batch(const ig_index *ix, const uint32_t *values, int64_t n_values,
                        const int64_t *offsets, int64_t n, const ig_attribute_opts *opts,
                        int64_t *n_spans, int64_t *span_l, int64_t *span_r, uint64_t *span_count,
-                       int64_t *lo, int64_t *hi, int n_threads, char *err, size_t errlen);
+                       int64_t *lo, int64_t *hi, int n_threads, const int *cancel, char *err,
+                       size_t errlen);
 
 /* Occurrences of ranges: for range k (lo / hi: n_shards entries each, as ig_attribute_batch
    writes them), its first `max_per` occurrences in shard order, suffix-array order inside a
@@ -60,7 +65,7 @@ int ig_attribute_batch(const ig_index *ix, const uint32_t *values, int64_t n_val
    k * max_per .. + n_out[k]. */
 int ig_locate_ranges(const ig_index *ix, const int64_t *lo, const int64_t *hi, int64_t n_ranges,
                      int64_t max_per, int32_t *shard, int64_t *doc, int64_t *offset, int64_t *n_out,
-                     char *err, size_t errlen);
+                     const int *cancel, char *err, size_t errlen);
 
 /* Tokens [begin, end) of document `doc` of `shard`, clamped to the document: *len_out tokens
    written to out[0..cap) and *begin_out = the clamped begin (IG_ERR_CAPACITY if cap is short). */

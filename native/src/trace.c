@@ -13,13 +13,15 @@
 #include "parallel.h"
 #include "state_internal.h"
 
-/* match[l] for l in [0, m): the longest corpus match starting at l (E: scratch of m + 1). */
-static void longest_matches(const ig_index *ix, const uint32_t *x, int64_t m, int64_t *E, int64_t *match,
-                            ig_scratch *sc, ig_lce_memo **memo) {
+/* match[l] for l in [0, m): the longest corpus match starting at l (E: scratch of m + 1).
+   IG_ERR_CANCELLED (match not written) once *cancel is set. */
+static int longest_matches(const ig_index *ix, const uint32_t *x, int64_t m, int64_t *E, int64_t *match,
+                           ig_scratch *sc, ig_lce_memo **memo, const int *cancel) {
     ig_range *cur = sc->a, *next = sc->b, *tmp = sc->c;
     int64_t l = ig_longest_suffix(ix, x, 0, 0, cur, tmp);
     E[0] = 0;
     for (int64_t i = 0; i < m; i++) {
+        if (i % IG_CANCEL_EVERY == IG_CANCEL_EVERY - 1 && ig_cancelled(cancel)) return IG_ERR_CANCELLED;
         l = ig_state_step(ix, x, i + 1, l, &cur, &next, tmp, memo);
         E[i + 1] = l;
     }
@@ -29,6 +31,7 @@ static void longest_matches(const ig_index *ix, const uint32_t *x, int64_t m, in
         while (j < m && (j + 1) - E[j + 1] <= s) j++;
         match[s] = j - s;
     }
+    return IG_OK;
 }
 
 typedef struct {
@@ -39,10 +42,11 @@ typedef struct {
     const ig_attribute_opts *opts;     /* attribution: */
     int64_t *n_spans, *span_l, *span_r, *lo, *hi;
     uint64_t *span_count;
+    const int *cancel;                 /* NULL, or stop once *cancel is set */
 } trace_job;
 
 /* The spans of one text x[0..m) (match: its longest matches; nd, pb: scratch of m + 1) into
-   slots base.. of the job's span arrays; returns how many. */
+   slots base.. of the job's span arrays; returns how many, or IG_ERR_CANCELLED (< 0). */
 static int64_t attribute_text(const trace_job *j, const uint32_t *x, int64_t m, const int64_t *match, int64_t *nd,
                               int64_t *pb, int64_t base, ig_range *ranges) {
     const ig_attribute_opts *o = j->opts;
@@ -59,6 +63,7 @@ static int64_t attribute_text(const trace_job *j, const uint32_t *x, int64_t m, 
     }
     int64_t out = 0, last_r = 0, fail_r = -1;
     for (int64_t l = 0; l < m; l++) {
+        if (l % IG_CANCEL_EVERY == IG_CANCEL_EVERY - 1 && ig_cancelled(j->cancel)) return IG_ERR_CANCELLED;
         if (ws && !ws[x[l]]) continue;
         int64_t r = l + match[l];
         if (delim && nd[l] < r - 1) r = nd[l] + 1;
@@ -107,38 +112,46 @@ static int trace_work(void *ctx, int tid, int64_t begin, int64_t end) {
     }
     int64_t *match = E + cells, *nd = match + cells, *pb = nd + cells;
     ig_lce_memo *memo = NULL;
-    for (int64_t i = begin; i < end; i++) {
+    int rc = IG_OK;
+    for (int64_t i = begin; i < end && !rc; i++) {
+        if (ig_cancelled(j->cancel)) { rc = IG_ERR_CANCELLED; break; } /* (many short texts) */
         const uint32_t *x = j->values + j->offsets[i];
         int64_t m = j->offsets[i + 1] - j->offsets[i];
         int64_t *ml = j->match_len ? j->match_len + j->offsets[i] : match;
-        longest_matches(j->ix, x, m, E, ml, &sc, &memo);
-        if (j->opts)
-            j->n_spans[i] = attribute_text(j, x, m, ml, nd, pb, j->offsets[i] - j->offsets[0], ranges);
+        rc = longest_matches(j->ix, x, m, E, ml, &sc, &memo, j->cancel);
+        if (!rc && j->opts) {
+            int64_t k = attribute_text(j, x, m, ml, nd, pb, j->offsets[i] - j->offsets[0], ranges);
+            if (k < 0) rc = (int)k;
+            else j->n_spans[i] = k;
+        }
     }
     ig_lce_memo_free(memo);
     free(E);
     free(ranges);
     ig_scratch_free(&sc);
-    return 0;
+    return rc;
 }
 
 static int run(const trace_job *j, int64_t n, int n_threads, char *err, size_t errlen) {
     int rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 1), 1, trace_work, (void *)j);
+    if (rc == IG_ERR_CANCELLED) return ig_fail(err, errlen, rc, "cancelled");
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }
 
 int ig_creativity_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
-                        int64_t n, int64_t *match_len, int n_threads, char *err, size_t errlen) {
+                        int64_t n, int64_t *match_len, int n_threads, const int *cancel, char *err,
+                        size_t errlen) {
     int rc = ig_check_batch(ix, values, n_values, offsets, n, "texts", err, errlen);
     if (rc || n == 0) return rc;
     if (!match_len) return ig_fail(err, errlen, IG_ERR_ARG, "match_len: NULL output");
-    trace_job j = {ix, values, offsets, match_len, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    trace_job j = {ix, values, offsets, match_len, NULL, NULL, NULL, NULL, NULL, NULL, NULL, cancel};
     return run(&j, n, n_threads, err, errlen);
 }
 
 int ig_attribute_batch(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                        int64_t n, const ig_attribute_opts *opts, int64_t *n_spans, int64_t *span_l, int64_t *span_r,
-                       uint64_t *span_count, int64_t *lo, int64_t *hi, int n_threads, char *err, size_t errlen) {
+                       uint64_t *span_count, int64_t *lo, int64_t *hi, int n_threads, const int *cancel, char *err,
+                       size_t errlen) {
     int rc = ig_check_batch(ix, values, n_values, offsets, n, "texts", err, errlen);
     if (rc || n == 0) return rc;
     if (!opts) return ig_fail(err, errlen, IG_ERR_ARG, "opts: NULL");
@@ -146,12 +159,13 @@ int ig_attribute_batch(const ig_index *ix, const uint32_t *values, int64_t n_val
     if (opts->max_count < 1) return ig_fail(err, errlen, IG_ERR_ARG, "max_count must be >= 1, got 0");
     if (!n_spans || !span_l || !span_r || !span_count) return ig_fail(err, errlen, IG_ERR_ARG, "NULL span output");
     if (!lo != !hi) return ig_fail(err, errlen, IG_ERR_ARG, "lo and hi: give both or neither");
-    trace_job j = {ix, values, offsets, NULL, opts, n_spans, span_l, span_r, lo, hi, span_count};
+    trace_job j = {ix, values, offsets, NULL, opts, n_spans, span_l, span_r, lo, hi, span_count, cancel};
     return run(&j, n, n_threads, err, errlen);
 }
 
 int ig_locate_ranges(const ig_index *ix, const int64_t *lo, const int64_t *hi, int64_t n_ranges, int64_t max_per,
-                     int32_t *shard, int64_t *doc, int64_t *offset, int64_t *n_out, char *err, size_t errlen) {
+                     int32_t *shard, int64_t *doc, int64_t *offset, int64_t *n_out, const int *cancel, char *err,
+                     size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (n_ranges < 0 || max_per < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative n_ranges or max_per");
     if (n_ranges == 0) return IG_OK;
@@ -164,10 +178,14 @@ int ig_locate_ranges(const ig_index *ix, const int64_t *lo, const int64_t *hi, i
             return ig_fail(err, errlen, IG_ERR_ARG, "range %lld: [%lld, %lld) is not a range of shard %d",
                            (long long)(k / S), (long long)lo[k], (long long)hi[k], (int)(k % S));
     }
+    int64_t done = 0;
     for (int64_t k = 0; k < n_ranges; k++) {
         int64_t w = 0;
+        if (ig_cancelled(cancel)) return ig_fail(err, errlen, IG_ERR_CANCELLED, "cancelled");
         for (int s = 0; s < S && w < max_per; s++)
             for (int64_t rank = lo[k * S + s]; rank < hi[k * S + s] && w < max_per; rank++) {
+                if (++done % IG_CANCEL_EVERY == 0 && ig_cancelled(cancel))
+                    return ig_fail(err, errlen, IG_ERR_CANCELLED, "cancelled");
                 int64_t slot = k * max_per + w, d, off;
                 int rc = ig_locate(ix, s, ig_sa(&ix->shards[s], rank), &d, &off, err, errlen);
                 if (rc) return rc;

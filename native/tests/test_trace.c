@@ -42,7 +42,7 @@ static void test_texts(const ref_corpus *c, ig_index *ix) {
     for (int i = 0; i < N; i++) offs[i + 1] = offs[i] + make_text(c, &seed, vals + offs[i], CAP);
     int64_t nv = offs[N], S = c->n_shards;
     int64_t *match = malloc(sizeof(int64_t) * (size_t)(nv + 1));
-    CHECK(ig_creativity_batch(ix, vals, nv, offs, N, match, 2, err, sizeof err) == IG_OK, "%s", err);
+    CHECK(ig_creativity_batch(ix, vals, nv, offs, N, match, 2, NULL, err, sizeof err) == IG_OK, "%s", err);
     for (int i = 0; i < N; i++)
         for (int64_t l = 0; l < offs[i + 1] - offs[i]; l++)
             CHECK(match[offs[i] + l] == naive_match(c, vals + offs[i], offs[i + 1] - offs[i], l), "text %d pos %lld", i,
@@ -55,7 +55,7 @@ static void test_texts(const ref_corpus *c, ig_index *ix) {
         for (int mc = 0; mc < 2; mc++) {
             uint64_t max_count = max_counts[mc];
             ig_attribute_opts o = {min_len, max_count, NULL, NULL};
-            CHECK(ig_attribute_batch(ix, vals, nv, offs, N, &o, n_spans, sl, sr, sc, lo, hi, 2, err, sizeof err) == IG_OK,
+            CHECK(ig_attribute_batch(ix, vals, nv, offs, N, &o, n_spans, sl, sr, sc, lo, hi, 2, NULL, err, sizeof err) == IG_OK,
                   "%s", err);
             for (int i = 0; i < N; i++) {
                 const uint32_t *x = vals + offs[i];
@@ -92,7 +92,7 @@ static void test_texts(const ref_corpus *c, ig_index *ix) {
     int32_t *shard = malloc(sizeof(int32_t) * (size_t)(total * MAXP + 1));
     int64_t *doc = malloc(sizeof(int64_t) * (size_t)(total * MAXP + 1)), *off = malloc(sizeof(int64_t) * (size_t)(total * MAXP + 1));
     int64_t *n_out = malloc(sizeof(int64_t) * (size_t)(total + 1));
-    CHECK(ig_locate_ranges(ix, clo, chi, total, MAXP, shard, doc, off, n_out, err, sizeof err) == IG_OK, "%s", err);
+    CHECK(ig_locate_ranges(ix, clo, chi, total, MAXP, shard, doc, off, n_out, NULL, err, sizeof err) == IG_OK, "%s", err);
     uint32_t win[64];
     for (k = 0; k < total; k++) {
         int64_t len = to[k] - from[k];
@@ -108,17 +108,26 @@ static void test_texts(const ref_corpus *c, ig_index *ix) {
     }
     /* arguments */
     ig_attribute_opts bad = {0, 1, NULL, NULL};
-    CHECK(ig_attribute_batch(ix, vals, nv, offs, N, &bad, n_spans, sl, sr, sc, NULL, NULL, 1, err, sizeof err) == IG_ERR_ARG,
+    CHECK(ig_attribute_batch(ix, vals, nv, offs, N, &bad, n_spans, sl, sr, sc, NULL, NULL, 1, NULL, err, sizeof err) == IG_ERR_ARG,
           "min_len 0 accepted");
     uint32_t sep = c->sep;
     int64_t one[2] = {0, 1};
-    CHECK(ig_creativity_batch(ix, &sep, 1, one, 1, match, 1, err, sizeof err) == IG_ERR_ARG && strstr(err, "separator"),
+    CHECK(ig_creativity_batch(ix, &sep, 1, one, 1, match, 1, NULL, err, sizeof err) == IG_ERR_ARG && strstr(err, "separator"),
           "separator accepted");
     int64_t badlo = 0, badhi = INT64_MAX;
     if (S == 1)
-        CHECK(ig_locate_ranges(ix, &badlo, &badhi, 1, 1, shard, doc, off, n_out, err, sizeof err) == IG_ERR_ARG,
+        CHECK(ig_locate_ranges(ix, &badlo, &badhi, 1, 1, shard, doc, off, n_out, NULL, err, sizeof err) == IG_ERR_ARG,
               "range beyond the shard accepted");
     CHECK(ig_doc_window(ix, 0, -1, 0, 1, win, 64, &badlo, &badhi, err, sizeof err) == IG_ERR_ARG, "doc -1 accepted");
+    /* a cancel flag already set: every call stops with IG_ERR_CANCELLED */
+    int stop = 1;
+    ig_attribute_opts plain = {1, UINT64_MAX, NULL, NULL};
+    CHECK(ig_creativity_batch(ix, vals, nv, offs, N, match, 2, &stop, err, sizeof err) == IG_ERR_CANCELLED,
+          "creativity ran on past its cancel flag");
+    CHECK(ig_attribute_batch(ix, vals, nv, offs, N, &plain, n_spans, sl, sr, sc, NULL, NULL, 2, &stop, err, sizeof err) ==
+              IG_ERR_CANCELLED && strstr(err, "cancelled"), "attribute ran on past its cancel flag");
+    CHECK(total == 0 || ig_locate_ranges(ix, clo, chi, total, MAXP, shard, doc, off, n_out, &stop, err, sizeof err) ==
+              IG_ERR_CANCELLED, "locate ran on past its cancel flag");
     free(match); free(sl); free(sr); free(sc); free(lo); free(hi); free(clo); free(chi); free(from); free(to);
     free(shard); free(doc); free(off); free(n_out);
 }
