@@ -108,7 +108,7 @@ static int count_unigram(ig_shard *s, int w, uint32_t vocab, const char *dir, co
 }
 
 int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *suffix, int w, uint32_t vocab,
-                           char *err, size_t errlen) {
+                           int count_uni, char *err, size_t errlen) {
     char tname[256], aname[256], oname[256];
     int rc;
     if (w != 1 && w != 2 && w != 4) return ig_fail(err, errlen, IG_ERR_ARG, "token_width %d is not 1, 2 or 4", w);
@@ -121,6 +121,7 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
     snprintf(aname, sizeof aname, "table%s", suffix);
     snprintf(oname, sizeof oname, "offset%s", suffix);
     s->official = 1;
+    s->official_docs = 1;
     const int shift = w == 1 ? 0 : w == 2 ? 1 : 2;
 
     if ((rc = map_raw(&s->tok_map, dirfd, dir, tname, err, errlen))) return rc;
@@ -179,5 +180,5 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
     if (s->num_tokens < tok_cnt && ig_tok(s, w, ig_sa(s, s->num_tokens)) != ig_sep_for_width(w))
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: rank %lld should start with a separator", dir, aname,
                        (long long)s->num_tokens);
-    return count_unigram(s, w, vocab, dir, tname, err, errlen);
+    return count_uni ? count_unigram(s, w, vocab, dir, tname, err, errlen) : IG_OK;
 }
