@@ -141,6 +141,7 @@ class InfiniGramIndex:
                                           ffi.new("char *[]", side_names), len(shards),
                                           int(self.meta["token_width"] or 0) if any(official_meta) else 0,
                                           int(self.meta["vocab_size"] or 0) if any(official_meta) else 0,
+                                          lib.IG_OPEN_HUB_LINKS if any(r.hub_links for r in roots) else 0,
                                           err, len(err)), err)
             raw, docmeta = out[0], []
             try:

@@ -54,6 +54,7 @@ typedef struct {
        becomes one after it; the end of the file is a virtual final separator, read but not
        mapped), its pointers are byte offsets, and its suffixes are ordered by byte-swapped ids
        with the end of the file first: see ig_key_at. */
+    int links;               /* IG_LINKS_HUB when the index was opened with IG_OPEN_HUB_LINKS, else 0 */
     int official;
     int official_docs;       /* its tokens and offsets are official files (1 also with a sidecar,
                                 whose suffix array orders by id: then official is 0) */
@@ -80,6 +81,8 @@ int ig_fail(char *err, size_t errlen, int code, const char *fmt, ...);
    never through a symbolic link, never blocking; `dir` names the directory in messages. An
    absent optional file gives IG_OK with *fd_out = -1. */
 struct stat;
+/* or-ed into `optional`: also open huggingface_hub cache links (files.c) */
+#define IG_LINKS_HUB 2
 int ig_open_index_file(int dirfd, const char *dir, const char *name, int optional, int *fd_out,
                        struct stat *st, char *err, size_t errlen);
 /* Create path as a new file for writing (any old file of that name is unlinked first, never
