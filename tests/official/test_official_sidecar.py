@@ -204,3 +204,23 @@ def test_prepare_command(tmp_path: Path) -> None:
         assert lm.count_of_counts(2)[2][0] == len({t for d in parse_index(off, 1)[0] for t in d})
     assert tree_digest(off) == before
     assert stat.S_ISDIR((tmp_path / "side").stat().st_mode)
+
+
+def test_a_union_with_our_own_index(tmp_path: Path) -> None:
+    from infinigram_hf import build_index
+
+    docs = random_corpus(7, vocab=3)
+    theirs, ours = docs[:3], docs[3:]
+    path = official_of(theirs, tmp_path, 2)
+    build_index([np.asarray(d, dtype=np.int64) for d in ours], tmp_path / "ours", vocab_size=V, progress=False).close()
+    with InfiniGramIndex.open([path, tmp_path / "ours"], vocab_size=V, token_width=1,
+                              cache_dir=tmp_path / "side") as index:
+        lm = InfiniGramLM(index)
+        raw, cont, types = lm.count_of_counts(5, kmax=3)
+        wr, wc, wt = LMReference(docs, V).count_of_counts(5, 3)
+        assert np.array_equal(raw, wr) and np.array_equal(cont, wc) and np.array_equal(types, wt)
+        p = SmoothingParams.witten_bell_params()
+        q = docs[0][:6]
+        s = lm.score(q, "kn", smoothing=p)
+        for i, t in enumerate(q):
+            assert s.probs[i] == pytest.approx(LMReference(docs, V).smooth_dist(q[:i], p, 100)[t], rel=1e-9)
