@@ -166,6 +166,13 @@ def test_a_stale_sidecar_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "junk" / "x").read_text() == "x"
     with pytest.raises(ValueError, match="never written inside"):
         prepare_sidecar(off, off / "side", vocab_size=5, token_width=1, progress=False)
+    # a sidecar whose fingerprint matches but whose files do not (copied from another one)
+    small = write_official_index(tmp_path / "small", [[[1, 2], [3]]], 1)
+    prepare_sidecar(small, tmp_path / "side_small", vocab_size=5, progress=False)
+    for name in ("sa.bin", "unigram.bin"):
+        shutil.copyfile(tmp_path / "side_small" / "shard_00000" / name, side / "shard_00000" / name)
+    with pytest.raises(IndexFormatError, match="sa.bin.*stale sidecar"):
+        InfiniGramIndex.open(off, vocab_size=5, token_width=1, cache_dir=side)
 
 
 def test_an_interrupted_build_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
