@@ -7,8 +7,8 @@
 `build` takes the first Linux-source documents up to --tokens tokens (eval/corpora.py's tokenized
 `linux`), builds the official index with the official indexer (eval/official_engine.py, its own
 venv) under <cache>/official/<name>, and converts it into our format under <cache>/ours/<name>
-(`infinigram-hf convert`). `bench` opens the official files with both engines (ours in place)
-and our converted index, and times count, infgram_prob and exact infgram_ntd per query, engines
+(`infinigram-hf convert`). `bench` opens the official files with both engines (ours in place,
+and in place with the sidecar of `infinigram-hf prepare`) and our converted index, and times count, infgram_prob and exact infgram_ntd per query, engines
 taking turns round by round (bench_queries.interleaved); every answer is compared across the
 three. Results: eval/results/official_files.json.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -102,6 +103,12 @@ def bench(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     inplace = InfiniGramIndex.open(off_dir, vocab_size=corpora.VOCAB_SIZE, eos_token_id=corpora.EOS_TOKEN_ID)
     open_s = time.perf_counter() - t0
+    side_dir = corpora.cache_dir() / "official_sidecar" / NAME  # (`infinigram-hf prepare`; built here if missing)
+    built = not side_dir.exists()
+    t0 = time.perf_counter()
+    side = InfiniGramIndex.open(off_dir, vocab_size=corpora.VOCAB_SIZE, eos_token_id=corpora.EOS_TOKEN_ID,
+                                cache_dir=side_dir)
+    side_s = time.perf_counter() - t0
     ours = InfiniGramIndex.open(corpora.cache_dir() / "ours" / NAME)
     peer = load_official(NAME)
     tokens, offsets = corpora.load_tokens("linux")
@@ -112,7 +119,9 @@ def bench(args: argparse.Namespace) -> None:
     sep, eos = inplace.separator_id, corpora.EOS_TOKEN_ID
     big = inplace.num_tokens + inplace.num_docs + 10
     out = {"name": NAME, "tokens": inplace.num_tokens, "docs": inplace.num_docs, "queries": args.queries,
-           "rounds": args.rounds, "open_official_in_place_s": round(open_s, 3), "date": time.strftime("%Y-%m-%d")}
+           "rounds": args.rounds, "open_official_in_place_s": round(open_s, 3),
+           ("prepare_and_open_with_sidecar_s" if built else "open_with_sidecar_s"): round(side_s, 3),
+           "date": time.strftime("%Y-%m-%d"), "load_avg_start": os.getloadavg()}
     diffs = {}
 
     def ntd_of(ix):
@@ -123,23 +132,27 @@ def bench(args: argparse.Namespace) -> None:
         return {int(t): int(v["cont_cnt"]) for t, v in r["result_by_token_id"].items()}
 
     kinds = {
-        "count": (work["count"], {"in_place": inplace.count, "ours": ours.count,
+        "count": (work["count"], {"in_place": inplace.count, "sidecar": side.count, "ours": ours.count,
                                    "official": lambda q: peer.count(input_ids=q)["count"]}),
         "infgram_prob": (list(zip(work["prompts"], work["conts"])),
                          {"in_place": lambda pc: inplace.infgram_prob(pc[0], pc[1]).count,
+                          "sidecar": lambda pc: side.infgram_prob(pc[0], pc[1]).count,
                           "ours": lambda pc: ours.infgram_prob(pc[0], pc[1]).count,
                           "official": lambda pc: peer.infgram_prob(prompt_ids=pc[0], cont_id=pc[1])["cont_cnt"]}),
-        "infgram_ntd": (work["prompts"], {"in_place": ntd_of(inplace), "ours": ntd_of(ours), "official": peer_ntd}),
+        "infgram_ntd": (work["prompts"], {"in_place": ntd_of(inplace), "sidecar": ntd_of(side), "ours": ntd_of(ours),
+                                          "official": peer_ntd}),
     }
     for kind, (queries, engines) in kinds.items():
         answers = {name: [fn(q) for q in queries] for name, fn in engines.items()}
         diffs[kind] = {"in_place_vs_ours": sum(a != b for a, b in zip(answers["in_place"], answers["ours"])),
+                       "sidecar_vs_ours": sum(a != b for a, b in zip(answers["sidecar"], answers["ours"])),
                        "in_place_vs_official": sum(a != b for a, b in zip(answers["in_place"], answers["official"]))}
         t = interleaved(queries, engines, args.rounds, rounds_of={"official": 1 if kind == "infgram_ntd" else args.rounds})
         out[kind] = {name: summarize(t[name]) for name in engines}
         out[kind].update({name + "_cpu": summarize(t[name + "_cpu"]) for name in engines})
         print(kind, json.dumps(out[kind]), diffs[kind], flush=True)
     out["differences"] = diffs
+    out["load_avg_end"] = os.getloadavg()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=1))
 

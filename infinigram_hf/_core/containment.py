@@ -9,8 +9,9 @@ would otherwise load -- with a message that says what to do. The walk alone woul
 a link swapped in after it is checked is caught by the opens, which never follow one. The index
 directory itself may be a link (the path the user gave is theirs).
 
-Indexes downloaded with huggingface_hub into its cache are made of links into the cache's blob
-store; download them with ``snapshot_download(..., local_dir=...)`` (real files) instead.
+A snapshot folder of huggingface_hub's cache is made of links into the repository's blob store:
+there a link of exactly the cache's shape (``../../blobs/<hash>``, index_files.HUB_BLOB_LINK)
+that resolves into that repository's blobs/ is accepted too.
 
 Example:
     >>> check_contained(Path("my_index"))   # doctest: +SKIP
@@ -21,6 +22,7 @@ import os
 from pathlib import Path
 
 from .errors import IndexFormatError
+from .index_files import HUB_BLOB_LINK, hub_snapshot
 
 
 def check_contained(index_dir: Path) -> None:
@@ -30,6 +32,8 @@ def check_contained(index_dir: Path) -> None:
     if not index_dir.is_dir():
         return  # read_meta says what is wrong with it
     root = index_dir.resolve()
+    repo = hub_snapshot(index_dir)
+    blobs = repo / "blobs" if repo is not None else None
     for dirpath, dirnames, filenames in os.walk(index_dir):  # links to directories are not entered
         for name in dirnames + filenames:
             path = Path(dirpath) / name
@@ -40,6 +44,8 @@ def check_contained(index_dir: Path) -> None:
             except (OSError, RuntimeError) as exc:  # (a loop is RuntimeError before Python 3.13)
                 raise IndexFormatError(f"{path}: a symbolic link that cannot be resolved ({exc.__class__.__name__}); "
                                        f"an index's files are never opened through links") from None
+            if blobs is not None and target.parent == blobs and HUB_BLOB_LINK.fullmatch(os.readlink(path)):
+                continue  # the Hub cache's own link into its blob store
             if target != root and root not in target.parents:
                 raise IndexFormatError(
                     f"{path}: a symbolic link to {target}, outside the index {index_dir}; refusing to follow it "

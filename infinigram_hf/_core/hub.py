@@ -1,11 +1,12 @@
 """Index repositories on the HuggingFace Hub: download (or find in the cache) and upload, with
 huggingface_hub. Used by ``InfiniGramIndex.from_pretrained`` / ``push_to_hub``.
 
-Downloads go to ``<cache_dir>/infinigram_hf/<repo folder>/<revision>`` as regular files
-(``snapshot_download(local_dir=...)``): an index's files are opened without following links
-(see index_files.py), and the Hub cache's snapshots are links into its blobs/. A download is
-resumed inside a file by huggingface_hub and only missing files are fetched again; offline
-(``HF_HUB_OFFLINE=1``) the downloaded folder is used as it is.
+Downloads go into huggingface_hub's standard cache (``snapshot_download``: ``<cache_dir>/
+models--org--name/snapshots/<commit>/``, links into the repository's ``blobs/``), and the index is
+opened from that snapshot folder as it is: no copy (index_files.py follows the cache's own links,
+``../../blobs/<hash>``, and no other). A download is resumed inside a file by huggingface_hub,
+only missing files are fetched again, blobs are shared between revisions; offline
+(``HF_HUB_OFFLINE=1``) the cached snapshot is used as it is.
 
 An official-format repository describes itself in ``infinigram.json``:
 ``{"format": "infini-gram", "vocab_size": 32000, "eos_token_id": 2, "token_width": 2,
@@ -22,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from .index_files import HUB_BLOB_LINK, hub_snapshot
+
 CONFIG_FILE = "infinigram.json"
 _INDEX_PATTERNS = ["meta.json", CONFIG_FILE, "README.md", "tokenizer/*", "shard_*/*",
                    "tokenized*", "table*", "offset*", "metadata*", "metaoff*", "unigram*"]
@@ -33,15 +36,12 @@ def default_cache_dir() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
-def _local_dir(repo_id: str, revision: Optional[str], cache_dir: Optional[Union[str, os.PathLike]],
-               repo_type: str) -> Path:
+def _check_ids(repo_id: str, revision: Optional[str]) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?", repo_id) or ".." in repo_id:
         raise ValueError(f"repo_id {repo_id!r} is neither an existing directory nor a Hub repository id")
     rev = revision or "main"
     if not re.fullmatch(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", rev) or ".." in rev:
         raise ValueError(f"revision {revision!r} is not a valid revision")
-    base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return base / "infinigram_hf" / f"{repo_type}s--{repo_id.replace('/', '--')}" / rev.replace("/", "--")
 
 
 def download_index(repo_id: str, *, revision: Optional[str] = None, cache_dir: Optional[Union[str, os.PathLike]] = None,
@@ -53,15 +53,15 @@ def download_index(repo_id: str, *, revision: Optional[str] = None, cache_dir: O
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-    local = _local_dir(repo_id, revision, cache_dir, repo_type)
+    _check_ids(repo_id, revision)
     patterns = None
     if allow_patterns is not None:
         patterns = list(allow_patterns) + ["meta.json", CONFIG_FILE, "README.md", "tokenizer/*"]
-    local.parent.mkdir(parents=True, exist_ok=True)
     if not progress:
         disable_progress_bars()
     try:
-        path = Path(snapshot_download(repo_id, revision=revision, repo_type=repo_type, local_dir=str(local),
+        path = Path(snapshot_download(repo_id, revision=revision, repo_type=repo_type,
+                                      cache_dir=str(cache_dir) if cache_dir is not None else None,
                                       allow_patterns=patterns or _INDEX_PATTERNS, token=token))
     finally:
         if not progress:
@@ -127,13 +127,20 @@ def upload_index(folder: Path, repo_id: str, card: str, *, config: Optional[dict
     commit URL."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
+    repo = hub_snapshot(folder)
+    blobs = repo / "blobs" if repo is not None else None
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True, repo_type=repo_type)
     ops = []
     for p in sorted(Path(folder).rglob("*")):
         rel = p.relative_to(folder).as_posix()
-        if p.is_file() and not p.is_symlink() and not rel.startswith(".cache/") and rel not in ("README.md", CONFIG_FILE):
-            ops.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(p)))
+        if not p.is_file() or rel.startswith(".cache/") or rel in ("README.md", CONFIG_FILE):
+            continue
+        if p.is_symlink():  # only the Hub cache's own links (an index opened from a snapshot)
+            target = os.readlink(p)
+            if not (blobs is not None and HUB_BLOB_LINK.fullmatch(target) and p.resolve().parent == blobs):
+                continue
+        ops.append(CommitOperationAdd(path_in_repo=rel, path_or_fileobj=str(p.resolve())))
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
     if config is not None:
         ops.append(CommitOperationAdd(path_in_repo=CONFIG_FILE, path_or_fileobj=json.dumps(config, indent=1).encode()))

@@ -10,6 +10,13 @@ than one hard link is refused too: in an index that a server reads for other use
 could be someone else's file. The C core opens the binary files the same way
 (``native/src/files.c``) from the shard directories' descriptors opened here.
 
+One kind of link is followed: in a snapshot folder of huggingface_hub's cache
+(``<repo>/snapshots/<commit>/``, detected from the path), a file that is a link of exactly the
+shape ``../../blobs/<hex hash>`` (the cache's own layout) is opened by that target, relative to
+its directory, and the blob must again be a regular file with one link (``hub_links``; the C core
+does the same when asked with ``IG_OPEN_HUB_LINKS``). So an index is read straight from the Hub
+cache, with no copy.
+
 Every failure is an ``IndexFormatError`` naming the file (or an ``InfiniGramError`` for an I/O
 error such as a permission denied), never a bare ``FileNotFoundError``: a file that disappears
 while an index is opened is damage like any other.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Optional, Union
@@ -37,16 +45,17 @@ _LINK_ERRNOS = (errno.ELOOP, errno.EMLINK)  # what O_NOFOLLOW answers for a link
 class IndexDir:
     """An open directory of an index: files and subdirectories are opened inside it."""
 
-    def __init__(self, fd: int, path: Path):
+    def __init__(self, fd: int, path: Path, hub_links: bool = False):
         self.fd = fd
         self.path = path
+        self.hub_links = hub_links  # inside a huggingface_hub cache snapshot (see the module docstring)
 
     @classmethod
     def open_root(cls, path: Union[str, os.PathLike]) -> "IndexDir":
         """Open the index directory itself (following a link there: the path is the caller's)."""
         path = Path(path)
         try:
-            return cls(os.open(path, _DIR_FLAGS), path)
+            return cls(os.open(path, _DIR_FLAGS), path, hub_snapshot(path) is not None)
         except (FileNotFoundError, NotADirectoryError):
             raise IndexFormatError(f"{path / 'meta.json'}: missing; {path} is not an infinigram_hf index") from None
         except OSError as exc:
@@ -55,7 +64,7 @@ class IndexDir:
     def subdir(self, name: str) -> "IndexDir":
         """Open the subdirectory `name` (a link there is refused)."""
         try:
-            return IndexDir(os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=self.fd), self.path / name)
+            return IndexDir(os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=self.fd), self.path / name, self.hub_links)
         except OSError as exc:
             raise self._error(name, exc, "a directory") from None
 
@@ -63,7 +72,13 @@ class IndexDir:
         """(descriptor, stat) of the regular file `name`; None when it is absent and optional.
         The caller closes the descriptor."""
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
+            try:
+                fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
+            except OSError as exc:
+                target = self.hub_blob_target(name) if self.hub_links and exc.errno in _LINK_ERRNOS else None
+                if target is None:
+                    raise
+                fd = os.open(target, _FILE_FLAGS, dir_fd=self.fd)
         except FileNotFoundError:
             if optional:
                 return None
@@ -82,6 +97,14 @@ class IndexDir:
             os.close(fd)
             raise
         return fd, st
+
+    def hub_blob_target(self, name: str) -> Optional[str]:
+        """The target of `name` when it is a huggingface_hub cache link (``../../blobs/<hash>``)."""
+        try:
+            target = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            return None
+        return target if HUB_BLOB_LINK.fullmatch(target) else None
 
     def read_file(self, name: str, max_bytes: int) -> Optional[bytes]:
         """The whole content of the regular file `name` (None when absent), refused unread when it
@@ -118,6 +141,19 @@ class IndexDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+HUB_BLOB_LINK = re.compile(r"(\.\./){2,}blobs/[0-9a-f]{40,64}")
+
+
+def hub_snapshot(path: Union[str, os.PathLike]) -> Optional[Path]:
+    """The repository folder of huggingface_hub's cache when `path` is one of its snapshot folders
+    (``<repo>/snapshots/<commit>``, or a folder inside one), else None."""
+    real = Path(os.path.realpath(path))
+    for up in [real, *real.parents]:
+        if up.parent.name == "snapshots" and (up.parent.parent / "blobs").is_dir():
+            return up.parent.parent
+    return None
 
 
 def read_exactly(fd: int, size: int, path: Path) -> bytes:

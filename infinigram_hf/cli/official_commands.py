@@ -1,8 +1,10 @@
-"""`infinigram-hf convert`: official infini-gram indexes to ours and back.
+"""`infinigram-hf convert`: official infini-gram indexes to ours and back; `infinigram-hf prepare`:
+the sidecar of an official index (our suffix order and short-context cache, in another directory).
 
 Example:
     $ infinigram-hf convert v4_pileval_llama pileval_ours --vocab-size 32000
     $ infinigram-hf convert pileval_ours pileval_official
+    $ infinigram-hf prepare v4_pileval_llama --out pileval_side --vocab-size 32000
 """
 from __future__ import annotations
 
@@ -53,4 +55,37 @@ def run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = [add_convert]
+def add_prepare(sub: Any) -> None:
+    p = sub.add_parser("prepare", help="build the sidecar of an official infini-gram index into another directory",
+                       description="Builds into OUT (never into the official directory) our suffix order and the "
+                                   "precomputed short-context distributions of every official shard, so that the "
+                                   "smoothed LM, count-of-counts and difference() work on the official files: "
+                                   "InfiniGramIndex.open(OFFICIAL_DIR, cache_dir=OUT). A sidecar that matches the "
+                                   "files is kept; a stale one is refused unless --overwrite.")
+    p.add_argument("official_dir", help="the official index directory (tokenized.0, table.0, offset.0, ...)")
+    p.add_argument("--out", required=True, help="the sidecar directory (new, or a sidecar to check or replace)")
+    p.add_argument("--vocab-size", type=int, default=None, help="its vocabulary size (or --tokenizer)")
+    p.add_argument("--tokenizer", default=None, help="the tokenizer (its length gives the vocabulary)")
+    p.add_argument("--token-width", type=int, choices=[1, 2, 4], default=None,
+                   help="bytes per token (official token_dtype u8/u16/u32); inferred when unambiguous")
+    p.add_argument("--overwrite", action="store_true", help="rebuild the sidecar at OUT")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_prepare)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from ..index.official_sidecar import prepare_sidecar
+
+    if not Path(args.official_dir).is_dir():
+        raise CLIError(f"{args.official_dir}: not a directory")
+    tok = None
+    if args.tokenizer:
+        from .._core.tokenization import resolve_tokenizer
+
+        tok = resolve_tokenizer(args.tokenizer)
+    print(prepare_sidecar(args.official_dir, args.out, vocab_size=args.vocab_size, tokenizer=tok,
+                          token_width=args.token_width, overwrite=args.overwrite, progress=not args.no_progress))
+    return 0
+
+
+COMMANDS = [add_convert, add_prepare]

@@ -28,6 +28,7 @@ from .._core.ids import as_ids, as_token
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from . import attribution, batch, search
 from .difference import DifferenceIndex
+from .official_sidecar import prepare_sidecar, read_sidecar
 from .results import Document, FindResult, NextTokenDistribution, ProbResult, ScoreResult
 from .states import SuffixCache
 
@@ -126,17 +127,22 @@ class InfiniGramIndex:
             shards = [stack.enter_context(r.subdir(s["dir"])) for r, m in zip(roots, metas) for s in m["shards"]]
             # official shards (read in place) are named by their files' suffix inside their directory
             suffixes = [s.get("suffix") for m in metas for s in m["shards"]]
+            sides = [stack.enter_context(IndexDir.open_root(s["sidecar"])) if s.get("sidecar") else None
+                     for m in metas for s in m["shards"]]
             official_meta = [bool(m.get("official")) for m in metas for _ in m["shards"]]
             self._shard_dirs = [d.path for d in shards]
             names = [ffi.new("char[]", os.fsencode(d.path)) for d in shards]
             sfx = [ffi.new("char[]", x.encode()) if x is not None else ffi.NULL for x in suffixes]
             out = ffi.new("ig_index **")
             err = err_buffer()
-            check(lib.ig_open_mixed_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
-                                       ffi.new("char *[]", sfx), len(shards), int(self.meta["token_width"] or 0)
-                                       if any(official_meta) else 0,
-                                       int(self.meta["vocab_size"] or 0) if any(official_meta) else 0,
-                                       err, len(err)), err)
+            side_names = [ffi.new("char[]", os.fsencode(d.path)) if d else ffi.NULL for d in sides]
+            check(lib.ig_open_official_at(out, ffi.new("int[]", [d.fd for d in shards]), ffi.new("char *[]", names),
+                                          ffi.new("char *[]", sfx), ffi.new("int[]", [d.fd if d else -1 for d in sides]),
+                                          ffi.new("char *[]", side_names), len(shards),
+                                          int(self.meta["token_width"] or 0) if any(official_meta) else 0,
+                                          int(self.meta["vocab_size"] or 0) if any(official_meta) else 0,
+                                          lib.IG_OPEN_HUB_LINKS if any(r.hub_links for r in roots) else 0,
+                                          err, len(err)), err)
             raw, docmeta = out[0], []
             try:
                 info = ffi.new("ig_info *")
@@ -167,7 +173,8 @@ class InfiniGramIndex:
     def open(cls, path: Union[PathLike, Sequence[PathLike]],
              subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
              verify: bool = False, vocab_size: Optional[int] = None, eos_token_id: Optional[int] = None,
-             tokenizer: Any = None, token_width: Optional[int] = None) -> "Union[InfiniGramIndex, DifferenceIndex]":
+             tokenizer: Any = None, token_width: Optional[int] = None,
+             cache_dir: Optional[PathLike] = None) -> "Union[InfiniGramIndex, DifferenceIndex]":
         """Open an index directory, or a list of them as one index whose counts add up, or an
         index served by `infinigram-hf serve` (``http://host:port/NAME``: a `RemoteIndex`).
 
@@ -184,6 +191,12 @@ class InfiniGramIndex:
         together with our own indexes of the same vocabulary. A `tokenizer` given (for any
         index, checked against its vocabulary) becomes ``index.tokenizer``, which `trace` and
         the CLI then use.
+
+        `cache_dir` (one official directory among `path`): its sidecar directory (see
+        infinigram_hf.index.official_sidecar; ``infinigram-hf prepare``), built there at the
+        first open when missing, refused when stale. With it the smoothed InfiniGramLM,
+        count-of-counts and `difference()` work on the official files too, and short contexts
+        are answered from the precomputed cache; nothing is written into the official directory.
         """
         if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
             if subtract is not None:
@@ -195,7 +208,7 @@ class InfiniGramIndex:
         official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
                              token_width=token_width)
         if subtract is not None:  # the result owns both indexes
-            full = cls.open(path)
+            full = cls.open(path, **official_args, cache_dir=cache_dir)
             try:
                 removed = cls.open(subtract)
             except BaseException:
@@ -205,6 +218,12 @@ class InfiniGramIndex:
         paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
         if not paths:
             raise ValueError("no index path given")
+        if cache_dir is not None:
+            theirs = [p for p in paths if official.looks_official(p)]
+            if len(theirs) != 1:
+                raise ValueError(f"cache_dir= is the sidecar of one official infini-gram directory; {len(theirs)} of "
+                                 f"the paths are official ones")
+            official_args["sidecar"] = (theirs[0], prepare_sidecar(theirs[0], cache_dir, **official_args))
         # A directory replaced while it is being opened (build_index(..., overwrite=True) in
         # another process) could give meta.json of one build and shard files of the other:
         # opening again when the directory changed meanwhile gives one whole index, old or new.
@@ -336,6 +355,14 @@ class InfiniGramIndex:
                                                        official_args.get("eos_token_id"), tok)
                     name = getattr(tok, "name_or_path", None) if tok is not None else None
                     metas[i] = official.synthetic_meta(layout, w, v, eos, name)
+                    side = official_args.get("sidecar")
+                    if side is not None and side[0] == p:
+                        dirs = read_sidecar(side[1], r, layout, w, v)
+                        if dirs is None:
+                            raise IndexFormatError(f"{side[1]}: the sidecar disappeared while opening")
+                        for sh, d in zip(metas[i]["shards"], dirs):
+                            sh["sidecar"] = str(side[1] / d)
+                        metas[i]["sidecar"] = str(side[1])
             ours = [m for m in metas if not m.get("official")]
             if ours and len(ours) < len(metas):  # a union of ours and official: ours set the vocabulary
                 for m in metas:

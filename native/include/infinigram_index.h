@@ -32,7 +32,21 @@ int ig_open_at(ig_index **out, const int *shard_dirfds, const char *const *shard
 int ig_open_mixed_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
                      const char *const *official_suffixes, int n_shards, int token_width, uint32_t vocab_size,
                      char *err, size_t errlen);
-/* 1 when some shard of ix is an official one read in place. */
+/* The same, where an official shard i may take a sidecar (`infinigram-hf prepare`): the
+   directory sidecar_dirfds[i] (-1 or a NULL array: none) holding sa.bin, unigram.bin and
+   optionally ntdcache.bin of our format over the shard's documents. The shard then reads its
+   tokens and document offsets from the official files and orders its suffixes by id, as ours
+   do, through the sidecar's suffix array (the official table is then only size-checked), so
+   every query of our format works on it. The sidecar's headers must match the shard's sizes.
+   flags: IG_OPEN_HUB_LINKS also opens index files that are huggingface_hub cache links (exactly
+   "../../blobs/<hex hash>", relative: a snapshot folder of its cache) by their target. */
+#define IG_OPEN_HUB_LINKS 1
+int ig_open_official_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
+                        const char *const *official_suffixes, const int *sidecar_dirfds,
+                        const char *const *sidecar_names, int n_shards, int token_width, uint32_t vocab_size,
+                        int flags, char *err, size_t errlen);
+/* 1 when some shard of ix is an official one read in place whose suffixes are in the official
+   engine's byte order (no sidecar): the smoothed LM, count-of-counts and differences refuse it. */
 int ig_index_has_official(const ig_index *ix);
 void ig_close(ig_index *ix);
 

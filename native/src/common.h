@@ -54,7 +54,10 @@ typedef struct {
        becomes one after it; the end of the file is a virtual final separator, read but not
        mapped), its pointers are byte offsets, and its suffixes are ordered by byte-swapped ids
        with the end of the file first: see ig_key_at. */
+    int links;               /* IG_LINKS_HUB when the index was opened with IG_OPEN_HUB_LINKS, else 0 */
     int official;
+    int official_docs;       /* its tokens and offsets are official files (1 also with a sidecar,
+                                whose suffix array orders by id: then official is 0) */
     int64_t tok_end;         /* positions [0, tok_end) are read from the mapping, others are separators */
     int64_t sa_fast_n;       /* ranks below this may load 8 bytes (our sa.bin is padded, theirs is not) */
     int sa_shift;            /* pointer >> sa_shift = file position (log2 token width for theirs) */
@@ -78,6 +81,8 @@ int ig_fail(char *err, size_t errlen, int code, const char *fmt, ...);
    never through a symbolic link, never blocking; `dir` names the directory in messages. An
    absent optional file gives IG_OK with *fd_out = -1. */
 struct stat;
+/* or-ed into `optional`: also open huggingface_hub cache links (files.c) */
+#define IG_LINKS_HUB 2
 int ig_open_index_file(int dirfd, const char *dir, const char *name, int optional, int *fd_out,
                        struct stat *st, char *err, size_t errlen);
 /* Create path as a new file for writing (any old file of that name is unlinked first, never
@@ -128,7 +133,7 @@ static inline int64_t ig_sa(const ig_shard *s, int64_t r) {
 
 /* Start of document d (d == num_docs: the end of the shard), clamped into the token array. */
 static inline int64_t ig_doc_start(const ig_shard *s, int64_t d) {
-    uint64_t v = s->official && d >= s->num_docs ? (uint64_t)s->total_len : s->docs[d] >> s->doc_shift;
+    uint64_t v = s->official_docs && d >= s->num_docs ? (uint64_t)s->total_len : s->docs[d] >> s->doc_shift;
     return v > (uint64_t)s->total_len ? s->total_len : (int64_t)v;
 }
 

@@ -193,7 +193,7 @@ int ig_diff_check(const ig_index *P, const ig_index *M, char *err, size_t errlen
     int rc = check_pair(P, M, err, errlen);
     if (rc) return rc;
     if (ig_index_has_official(P) || ig_index_has_official(M))
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s is not supported yet on an official infini-gram index read in place: convert it first (infinigram-hf convert)", "the difference of indexes");
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s needs our suffix order, which an official infini-gram index read in place lacks: open it with a sidecar (InfiniGramIndex.open(path, cache_dir=SIDE_DIR), or infinigram-hf prepare PATH --out SIDE_DIR), or convert it (infinigram-hf convert)", "the difference of indexes");
     if (M->num_docs > P->num_docs || M->num_tokens > P->num_tokens)
         return ig_fail(err, errlen, IG_ERR_ARG,
                        "the subtracted index (%llu documents, %llu tokens) is larger than the index (%llu, %llu)",

@@ -14,10 +14,10 @@
 #include "official.h"
 
 /* Map file `name` of the shard directory dirfd (named `dir` in messages); see files.c. */
-static int map_file(ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
+static int map_file(const ig_shard *s, ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
     int fd, rc;
     struct stat st;
-    if ((rc = ig_open_index_file(dirfd, dir, name, 0, &fd, &st, err, errlen))) return rc;
+    if ((rc = ig_open_index_file(dirfd, dir, name, s->links, &fd, &st, err, errlen))) return rc;
     if ((size_t)st.st_size < IG_HEADER_SIZE) {
         close(fd);
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: truncated (%lld bytes, header needs %d)",
@@ -79,12 +79,12 @@ void ig_close_shard(ig_shard *s) {
 
 /* Ask the kernel for every page open() will read, all at once: on a cold cache each page fault
    is a disk round trip (5-10 ms measured on a shared VM), and these reads then overlap. */
-static void prefetch_shard(int dirfd) {
+static void prefetch_shard(int dirfd, int links) {
     static const char *const names[] = {"tokens.bin", "sa.bin", "docs.bin", "unigram.bin", "ntdcache.bin"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         int fd;
         struct stat st;
-        if (ig_open_index_file(dirfd, "", names[i], 1, &fd, &st, NULL, 0) || fd < 0) continue;
+        if (ig_open_index_file(dirfd, "", names[i], 1 | links, &fd, &st, NULL, 0) || fd < 0) continue;
         if (st.st_size <= ((off_t)8 << 20)) {
             (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
         } else { /* header; and the last page (the final separator, the last doc offset) */
@@ -119,12 +119,15 @@ static int build_first_token_ranks(ig_shard *s, uint32_t vocab, char *err, size_
     return IG_OK;
 }
 
+static int load_unigram(ig_shard *s, int dirfd, const char *dir, int token_width, uint32_t vocab_size, char *err,
+                        size_t errlen);
+
 static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width, uint32_t *vocab, char *err,
                       size_t errlen) {
-    ig_header ht, hs, hd, hu;
+    ig_header ht, hs, hd;
     int rc;
-    prefetch_shard(dirfd);
-    if ((rc = map_file(&s->tok_map, dirfd, dir, "tokens.bin", err, errlen))) return rc;
+    prefetch_shard(dirfd, s->links);
+    if ((rc = map_file(s, &s->tok_map, dirfd, dir, "tokens.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->tok_map, dir, "tokens.bin", "IGHF-TOK", 0, &ht, err, errlen))) return rc;
     if (ht.width != 1 && ht.width != 2 && ht.width != 4)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: token width %u is not 1, 2 or 4", dir, ht.width);
@@ -150,7 +153,7 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     if (s->total_len > 0 && ig_tok(s, *token_width, s->total_len - 1) != sep)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/tokens.bin: does not end with a document separator", dir);
 
-    if ((rc = map_file(&s->sa_map, dirfd, dir, "sa.bin", err, errlen))) return rc;
+    if ((rc = map_file(s, &s->sa_map, dirfd, dir, "sa.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->sa_map, dir, "sa.bin", "IGHF-SA\0", 8, &hs, err, errlen))) return rc;
     if (hs.width > 8 || hs.count != (uint64_t)s->num_tokens || hs.aux1 != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/sa.bin: header (%llu pointers of %u bytes over %llu tokens) does not match tokens.bin",
@@ -160,7 +163,7 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     s->sa_mask = hs.width == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * hs.width)) - 1);
     s->sa_fast_n = s->num_tokens;
 
-    if ((rc = map_file(&s->docs_map, dirfd, dir, "docs.bin", err, errlen))) return rc;
+    if ((rc = map_file(s, &s->docs_map, dirfd, dir, "docs.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->docs_map, dir, "docs.bin", "IGHF-DOC", 0, &hd, err, errlen))) return rc;
     if (hd.width != 8 || hd.count != (uint64_t)s->num_docs + 1 || hd.aux1 != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/docs.bin: header does not match tokens.bin", dir);
@@ -168,9 +171,18 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     if (s->docs[0] != 0 || s->docs[s->num_docs] != (uint64_t)s->total_len)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/docs.bin: offsets do not span the token array", dir);
 
-    if ((rc = map_file(&s->uni_map, dirfd, dir, "unigram.bin", err, errlen))) return rc;
+    return load_unigram(s, dirfd, dir, *token_width, *vocab, err, errlen);
+}
+
+/* unigram.bin (checked against the shard's sizes), the first-token ranks built from it, and the
+   optional ntdcache.bin, from the directory dirfd (our shard's, or an official shard's sidecar). */
+static int load_unigram(ig_shard *s, int dirfd, const char *dir, int token_width, uint32_t vocab_size, char *err,
+                        size_t errlen) {
+    ig_header hu;
+    int rc;
+    if ((rc = map_file(s, &s->uni_map, dirfd, dir, "unigram.bin", err, errlen))) return rc;
     if ((rc = check_header(&s->uni_map, dir, "unigram.bin", "IGHF-UNI", 0, &hu, err, errlen))) return rc;
-    if (hu.width != 16 || hu.aux1 != (uint64_t)s->num_tokens || hu.count > *vocab)
+    if (hu.width != 16 || hu.aux1 != (uint64_t)s->num_tokens || hu.count > vocab_size)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: header does not match tokens.bin", dir);
     s->uni = (const uint64_t *)(s->uni_map.base + IG_HEADER_SIZE);
     s->n_uni = (int64_t)hu.count;
@@ -180,7 +192,7 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     uint64_t sum = 0;
     for (int64_t i = 0; i < s->n_uni; i++) {
         uint64_t t = s->uni[2 * i], c = s->uni[2 * i + 1];
-        if (t >= *vocab || (i > 0 && t <= s->uni[2 * i - 2]))
+        if (t >= vocab_size || (i > 0 && t <= s->uni[2 * i - 2]))
             return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: entry %lld is out of order or out of range", dir, (long long)i);
         if (c == 0 || c > (uint64_t)s->num_tokens - sum)
             return ig_fail(err, errlen, IG_ERR_FORMAT,
@@ -191,13 +203,47 @@ static int open_shard(ig_shard *s, int dirfd, const char *dir, int *token_width,
     if (sum != (uint64_t)s->num_tokens)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/unigram.bin: counts sum to %llu, not %lld tokens", dir,
                        (unsigned long long)sum, (long long)s->num_tokens);
-    if ((rc = build_first_token_ranks(s, *vocab, err, errlen))) return rc;
-    return ig_ntc_open(s, dirfd, dir, *token_width, *vocab, err, errlen); /* optional file */
+    if ((rc = build_first_token_ranks(s, vocab_size, err, errlen))) return rc;
+    return ig_ntc_open(s, dirfd, dir, token_width, vocab_size, err, errlen); /* optional file */
+}
+
+/* An official shard (opened without counting its unigram) takes the sidecar in dirfd: our
+   sa.bin over the same positions (each document followed by a separator, as the official shard
+   is read), ordered by id; unigram.bin; ntdcache.bin if there. The official table is unmapped. */
+static int attach_sidecar(ig_shard *s, int dirfd, const char *dir, int token_width, uint32_t vocab, char *err,
+                          size_t errlen) {
+    ig_header hs;
+    int rc;
+    unmap_file(&s->sa_map);
+    if ((rc = map_file(s, &s->sa_map, dirfd, dir, "sa.bin", err, errlen))) return rc;
+    if ((rc = check_header(&s->sa_map, dir, "sa.bin", "IGHF-SA\0", 8, &hs, err, errlen))) return rc;
+    if (hs.width > 8 || hs.count != (uint64_t)s->num_tokens || hs.aux1 != (uint64_t)s->total_len)
+        return ig_fail(err, errlen, IG_ERR_FORMAT,
+                       "%s/sa.bin: header (%llu pointers of %u bytes over %llu tokens) does not match the official "
+                       "shard (%lld tokens, %lld with separators): a stale sidecar, prepare it again",
+                       dir, (unsigned long long)hs.count, hs.width, (unsigned long long)hs.aux1,
+                       (long long)s->num_tokens, (long long)s->total_len);
+    s->sa = s->sa_map.base + IG_HEADER_SIZE;
+    s->sa_width = (int)hs.width;
+    s->sa_mask = hs.width == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * hs.width)) - 1);
+    s->sa_fast_n = s->num_tokens;
+    s->sa_shift = 0;
+    s->sa_bias = 0;
+    s->official = 0; /* ordered as ours from here on; official_docs stays */
+    return load_unigram(s, dirfd, dir, token_width, vocab, err, errlen);
 }
 
 int ig_open_mixed_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
                      const char *const *official_suffixes, int n_shards, int token_width, uint32_t vocab_size,
                      char *err, size_t errlen) {
+    return ig_open_official_at(out, shard_dirfds, shard_names, official_suffixes, NULL, NULL, n_shards, token_width,
+                               vocab_size, 0, err, errlen);
+}
+
+int ig_open_official_at(ig_index **out, const int *shard_dirfds, const char *const *shard_names,
+                        const char *const *official_suffixes, const int *sidecar_dirfds,
+                        const char *const *sidecar_names, int n_shards, int token_width, uint32_t vocab_size,
+                        int flags, char *err, size_t errlen) {
     if (!out || !shard_dirfds || !shard_names || n_shards <= 0) return ig_fail(err, errlen, IG_ERR_ARG, "no shards given");
     *out = NULL;
     ig_index *ix = calloc(1, sizeof *ix);
@@ -211,11 +257,17 @@ int ig_open_mixed_at(ig_index **out, const int *shard_dirfds, const char *const 
     ix->token_width = token_width;
     ix->vocab_size = vocab_size;
     for (int i = 0; i < n_shards; i++) {
-        int rc = official_suffixes && official_suffixes[i]
-                     ? ig_official_open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], official_suffixes[i],
-                                              ix->token_width, ix->vocab_size, err, errlen)
+        ix->shards[i].links = (flags & IG_OPEN_HUB_LINKS) ? IG_LINKS_HUB : 0;
+        int off = official_suffixes && official_suffixes[i];
+        int side = off && sidecar_dirfds && sidecar_dirfds[i] >= 0;
+        int rc = off ? ig_official_open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], official_suffixes[i],
+                                              ix->token_width, ix->vocab_size, !side, err, errlen)
                      : open_shard(&ix->shards[i], shard_dirfds[i], shard_names[i], &ix->token_width,
                                   &ix->vocab_size, err, errlen);
+        if (!rc && side)
+            rc = attach_sidecar(&ix->shards[i], sidecar_dirfds[i],
+                                sidecar_names && sidecar_names[i] ? sidecar_names[i] : "sidecar", ix->token_width,
+                                ix->vocab_size, err, errlen);
         if (rc) {
             ig_close(ix);
             return rc;

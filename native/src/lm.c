@@ -21,7 +21,7 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     *out = NULL;
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (ig_index_has_official(ix))
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s is not supported yet on an official infini-gram index read in place: convert it first (infinigram-hf convert)", "the smoothed InfiniGramLM");
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s needs our suffix order, which an official infini-gram index read in place lacks: open it with a sidecar (InfiniGramIndex.open(path, cache_dir=SIDE_DIR), or infinigram-hf prepare PATH --out SIDE_DIR), or convert it (infinigram-hf convert)", "the smoothed InfiniGramLM");
     if (max_context < 0 || max_context > (1 << 20))
         return ig_fail(err, errlen, IG_ERR_ARG, "max_context must be in 0..%d, got %lld", 1 << 20,
                        (long long)max_context);

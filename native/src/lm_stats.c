@@ -295,7 +295,7 @@ int ig_lm_count_of_counts(const ig_index *ix, int64_t max_n, int64_t kmax, uint6
                           uint64_t *cont, uint64_t *types, char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (ig_index_has_official(ix))
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s is not supported yet on an official infini-gram index read in place: convert it first (infinigram-hf convert)", "count-of-counts");
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s needs our suffix order, which an official infini-gram index read in place lacks: open it with a sidecar (InfiniGramIndex.open(path, cache_dir=SIDE_DIR), or infinigram-hf prepare PATH --out SIDE_DIR), or convert it (infinigram-hf convert)", "count-of-counts");
     if (max_n < 1 || max_n > 4096) return ig_fail(err, errlen, IG_ERR_ARG, "max_n must be in 1..4096, got %lld", (long long)max_n);
     if (kmax < 1) return ig_fail(err, errlen, IG_ERR_ARG, "kmax must be positive, got %lld", (long long)kmax);
     if (!raw || !cont) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");

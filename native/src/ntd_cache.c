@@ -294,7 +294,7 @@ static int bad_file(ig_shard *s, const char *dir, const char *what, char *err, s
 int ig_ntc_open(ig_shard *s, int dirfd, const char *dir, int width, uint32_t vocab, char *err, size_t errlen) {
     int fd;
     struct stat st;
-    int rc = ig_open_index_file(dirfd, dir, IG_NTC_FILE, 1, &fd, &st, err, errlen);
+    int rc = ig_open_index_file(dirfd, dir, IG_NTC_FILE, 1 | s->links, &fd, &st, err, errlen);
     if (rc || fd < 0) return rc; /* (absent: the file is optional) */
     if ((size_t)st.st_size < IG_HEADER_SIZE) {
         close(fd);

@@ -21,10 +21,10 @@
 
 #include "official.h"
 
-static int map_raw(ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
+static int map_raw(const ig_shard *s, ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
     int fd, rc;
     struct stat st;
-    if ((rc = ig_open_index_file(dirfd, dir, name, 0, &fd, &st, err, errlen))) return rc;
+    if ((rc = ig_open_index_file(dirfd, dir, name, s->links, &fd, &st, err, errlen))) return rc;
     if (st.st_size == 0) {
         close(fd);
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: empty", dir, name);
@@ -108,7 +108,7 @@ static int count_unigram(ig_shard *s, int w, uint32_t vocab, const char *dir, co
 }
 
 int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *suffix, int w, uint32_t vocab,
-                           char *err, size_t errlen) {
+                           int count_uni, char *err, size_t errlen) {
     char tname[256], aname[256], oname[256];
     int rc;
     if (w != 1 && w != 2 && w != 4) return ig_fail(err, errlen, IG_ERR_ARG, "token_width %d is not 1, 2 or 4", w);
@@ -121,9 +121,10 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
     snprintf(aname, sizeof aname, "table%s", suffix);
     snprintf(oname, sizeof oname, "offset%s", suffix);
     s->official = 1;
+    s->official_docs = 1;
     const int shift = w == 1 ? 0 : w == 2 ? 1 : 2;
 
-    if ((rc = map_raw(&s->tok_map, dirfd, dir, tname, err, errlen))) return rc;
+    if ((rc = map_raw(s, &s->tok_map, dirfd, dir, tname, err, errlen))) return rc;
     size_t ds = s->tok_map.size;
     if (ds % (size_t)w)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: %zu bytes is not a whole number of %d-byte tokens", dir, tname,
@@ -141,7 +142,7 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
                        "%s/%s: does not start with a document separator (wrong token width? this file needs %d-byte "
                        "tokens to be infini-gram's)", dir, tname, w);
 
-    if ((rc = map_raw(&s->docs_map, dirfd, dir, oname, err, errlen))) return rc;
+    if ((rc = map_raw(s, &s->docs_map, dirfd, dir, oname, err, errlen))) return rc;
     if (s->docs_map.size % 8)
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: %zu bytes is not a whole number of u64 offsets", dir, oname,
                        s->docs_map.size);
@@ -162,7 +163,7 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
     }
     s->num_tokens = tok_cnt - s->num_docs;
 
-    if ((rc = map_raw(&s->sa_map, dirfd, dir, aname, err, errlen))) return rc;
+    if ((rc = map_raw(s, &s->sa_map, dirfd, dir, aname, err, errlen))) return rc;
     size_t ts = s->sa_map.size;
     if (ts % (size_t)tok_cnt || ts / (size_t)tok_cnt < 1 || ts / (size_t)tok_cnt > 8)
         return ig_fail(err, errlen, IG_ERR_FORMAT,
@@ -179,5 +180,5 @@ int ig_official_open_shard(ig_shard *s, int dirfd, const char *dir, const char *
     if (s->num_tokens < tok_cnt && ig_tok(s, w, ig_sa(s, s->num_tokens)) != ig_sep_for_width(w))
         return ig_fail(err, errlen, IG_ERR_FORMAT, "%s/%s: rank %lld should start with a separator", dir, aname,
                        (long long)s->num_tokens);
-    return count_unigram(s, w, vocab, dir, tname, err, errlen);
+    return count_uni ? count_unigram(s, w, vocab, dir, tname, err, errlen) : IG_OK;
 }

@@ -26,6 +26,7 @@ QUERIES = [[], [1], [1, 2], [256], [5, 1], [0, 1, 2]]
 
 CHILD = textwrap.dedent("""
     import json, sys
+    from pathlib import Path
     from infinigram_hf import InfiniGramIndex
     args = json.loads(sys.argv[1])
     out = {}
@@ -38,7 +39,11 @@ CHILD = textwrap.dedent("""
             continue
         out[name] = {"counts": [ix.count(q) for q in args["queries"]], "shards": ix.num_shards,
                      "docs": ix.num_docs, "tokenizer": type(ix.tokenizer).__name__ if ix.tokenizer else None,
-                     "path": str(ix.paths[0])}
+                     "path": str(ix.paths[0]),
+                     "links": sorted(str(p.relative_to(ix.paths[0])) for p in Path(ix.paths[0]).rglob("*")
+                                     if p.is_symlink()),
+                     "files": sorted(str(p.relative_to(ix.paths[0])) for p in Path(ix.paths[0]).rglob("*")
+                                     if p.is_file())}
         if spec.get("push"):
             out[name]["url"] = ix.push_to_hub(spec["push"], token="hf_test", corpus="test corpus")
         ix.close()
@@ -80,7 +85,8 @@ def test_push_and_from_pretrained_then_offline(tmp_path: Path, ours_with_tokeniz
             "local_official": {"repo": str(official), "kw": {"vocab_size": 65001, "eos_token_id": 5},
                                "push": "org/official"},
             "ours": {"repo": "org/ours"},
-            "official": {"repo": "org/official"},
+            "official": {"repo": "org/official", "push": "org/again"},  # pushed from the cache's snapshot
+            "again": {"repo": "org/again"},
             "one_shard": {"repo": "org/official", "cache": cache + "/other",
                           "kw": {"allow_patterns": ["*.1"], "revision": "main"}},
             "missing": {"repo": "org/nothing"},
@@ -93,8 +99,16 @@ def test_push_and_from_pretrained_then_offline(tmp_path: Path, ours_with_tokeniz
         assert res["ours"]["tokenizer"] is not None
         assert res["official"]["counts"] == counts(official, vocab_size=65001)
         assert res["official"]["shards"] == 3 and res["one_shard"]["shards"] == 1
+        assert res["again"]["counts"] == res["official"]["counts"] and res["again"]["docs"] == res["official"]["docs"]
         assert "RepositoryNotFound" in res["missing"]["error"]
         assert any(line.startswith("GET /api/models/org/official/tree/") for line in hub.store.log)
+    # opened straight from huggingface_hub's standard cache: snapshot folders of links into blobs/
+    for name in ("ours", "official", "one_shard"):
+        path = Path(res[name]["path"])
+        assert path.parent.name == "snapshots" and (path.parent.parent / "blobs").is_dir(), path
+        assert res[name]["links"] == res[name]["files"] and res[name]["files"], name
+    assert not (tmp_path / "cache" / "infinigram_hf").exists()  # (no regular-file copy any more)
+    assert "tokenized.1" in res["one_shard"]["files"] and "tokenized.0" not in res["one_shard"]["files"]
     res2 = res
     # round 3: the Hub is gone; offline, the cache answers, and what was never downloaded fails clearly
     res3 = run_child({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}, {
@@ -102,6 +116,7 @@ def test_push_and_from_pretrained_then_offline(tmp_path: Path, ours_with_tokeniz
             "official": {"repo": "org/official"}, "ours": {"repo": "org/ours", "kw": {"load_tokenizer": False}},
             "missing": {"repo": "org/nothing"}}})
     assert res3["official"]["counts"] == res2["official"]["counts"]
+    assert res3["official"]["path"] == res2["official"]["path"]
     assert res3["ours"]["counts"] == res2["ours"]["counts"]
     assert "error" in res3["missing"]
 
@@ -114,3 +129,37 @@ def test_from_pretrained_refuses_a_bad_repo_id(tmp_path: Path, monkeypatch) -> N
     monkeypatch.chdir(here)
     with pytest.raises(ValueError, match="repo_id"):
         InfiniGramIndex.from_pretrained("../../etc", cache_dir=tmp_path)
+
+
+def fake_hub_snapshot(tmp_path: Path, src: Path) -> Path:
+    """src laid out as huggingface_hub's cache does: blobs named by hash, a snapshot of links."""
+    import hashlib
+
+    repo = tmp_path / "models--org--fake"
+    snap = repo / "snapshots" / ("0" * 40)
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in sorted(src.iterdir()):
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, repo / "blobs" / digest)
+        (snap / f.name).symlink_to(f"../../blobs/{digest}")
+    return snap
+
+
+def test_a_snapshot_of_links_is_read_in_place_and_no_other_link(tmp_path: Path) -> None:
+    snap = fake_hub_snapshot(tmp_path, DATA / "u16_three_shards_meta")
+    want = counts(DATA / "u16_three_shards_meta", vocab_size=65001)
+    assert counts(snap, vocab_size=65001) == want
+    with InfiniGramIndex.open(snap, vocab_size=65001) as ix:  # the metadata files through links too
+        assert ix.get_doc(0).metadata["path"] == "shard0.jsonl"
+    outside = tmp_path / "elsewhere"
+    shutil.copyfile(DATA / "u16_three_shards_meta" / "table.0", outside)
+    (snap / "table.0").unlink()
+    (snap / "table.0").symlink_to(outside)  # a link of another shape, to the same bytes: refused
+    with pytest.raises(Exception, match="link"):
+        counts(snap, vocab_size=65001)
+    (snap / "table.0").unlink()
+    blob = next((snap.parent.parent / "blobs").iterdir())
+    (snap / "table.0").symlink_to(f"../../blobs/../blobs/{blob.name}")  # not the cache's exact shape
+    with pytest.raises(Exception, match="link"):
+        counts(snap, vocab_size=65001)
