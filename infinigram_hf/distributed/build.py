@@ -51,6 +51,7 @@ def build_index(
     batch_size: int = 1000,
     address: Optional[str] = None,
     shard_cpus: float = 1,
+    data_cpus: Optional[float] = None,
     max_retries: int = 3,
     overwrite: bool = False,
     save_tokenizer: bool = True,
@@ -74,6 +75,9 @@ def build_index(
         address: the cluster to use when this process is not connected yet (None: a local
             Ray runtime; "auto" or "HOST:PORT": a running cluster).
         shard_cpus: CPUs Ray reserves for each shard task.
+        data_cpus: CPUs Ray Data's reading and tokenizing tasks may hold at once (default: half
+            the cluster's, at least 1). Ray Data would otherwise take every CPU until the last
+            document is tokenized, and no shard task could start before that.
         max_retries: retries of a shard task whose worker died (its partial files are dropped).
         overwrite, save_tokenizer, ntd_cache_min_cost: as for the single-machine build.
         progress: a tqdm bar of documents, tokens/s and shards done.
@@ -101,12 +105,19 @@ def build_index(
     shard_cap = min(shard_tokens, max_shard_len(budget, width))
 
     ray = connect(address)
-    quiet_data_context()
+    ctx = quiet_data_context()
+    cluster_cpus = float(ray.cluster_resources().get("CPU", 1))
+    data_cpus = max(1.0, cluster_cpus // 2) if data_cpus is None else float(data_cpus)
+    if not data_cpus > 0:
+        raise ValueError(f"data_cpus must be a positive number of CPUs, got {data_cpus!r}")
+    limits = ctx.execution_options.resource_limits
+    ctx.execution_options.resource_limits = limits.copy(cpu=data_cpus)
     tok_ref = ray.put(tok) if tok is not None else None
     ds = reading.tokenized_dataset(source, tok_ref, dtype=np.dtype(f"<u{width}"), vocab_size=int(vocab_size),
                                    text_column=text_column, metadata_columns=metadata_columns, batch_size=batch_size)
     has_meta = bool(metadata_columns) or reading.has_file_metadata(source)
-    lengths_task = ray.remote(num_cpus=0.1)(shards.block_lengths)
+    # (no CPU reserved: the driver waits on it for every block, and every CPU may be busy)
+    lengths_task = ray.remote(num_cpus=0)(shards.block_lengths)
     shard_task = ray.remote(shards.build_shard)
     kill_marker = None
     if _kill_once is not None:  # (tests: (marker file, shard number) whose first attempt dies)
@@ -150,6 +161,7 @@ def build_index(
                 tokens[0] += int(lengths.sum())
                 bar.update(len(lengths))
                 show()
+        read_seconds = time.time() - started  # (the input stream ended: every document tokenized)
         last = planner.finish()
         if last is not None:
             submit(last)
@@ -167,7 +179,7 @@ def build_index(
             "memory_budget": budget, "max_shard_len": shard_cap, "text_column": text_column,
             "metadata_columns": list(metadata_columns), "seconds": round(time.time() - started, 3),
             "ray": {"shard_tokens": shard_tokens, "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
-                    "shard_stats": stats},
+                    "started": round(started, 3), "read_seconds": round(read_seconds, 3), "shard_stats": stats},
         })
         if save_tokenizer and tok is not None and hasattr(tok, "save_pretrained"):
             tok.save_pretrained(str(tmp / "tokenizer"))
@@ -180,6 +192,7 @@ def build_index(
         raise
     finally:
         bar.close()
+        ctx.execution_options.resource_limits = limits
     return InfiniGramIndex.open(out)
 
 

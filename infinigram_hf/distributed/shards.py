@@ -107,7 +107,7 @@ def build_shard(build_dir: str, number: int, width: int, vocab_size: int, ntd_ca
     body of the Ray task); returns its meta.json entry."""
     import pyarrow as pa
 
-    started = time.perf_counter()
+    started, began, cpu0 = time.perf_counter(), time.time(), _cpu_seconds()
     name = fmt.shard_dir_name(number)
     part = Path(build_dir) / f"{PART_PREFIX}{name}{PART_INFIX}{uuid.uuid4().hex[:8]}"
     writer = ShardWriter(part, width, vocab_size, ntd_cache_min_cost=ntd_cache_min_cost)
@@ -139,7 +139,8 @@ def build_shard(build_dir: str, number: int, width: int, vocab_size: int, ntd_ca
         raise
     entry["dir"] = name
     entry["_stats"] = {"shard": number, "seconds": round(time.perf_counter() - started, 3),
-                       "peak_rss_bytes": peak_rss(),
+                       "cpu_seconds": round(_cpu_seconds() - cpu0, 3), "began": round(began, 3),
+                       "ended": round(time.time(), 3), "peak_rss_bytes": peak_rss(),
                        "node": _node_ip(), "pid": os.getpid()}
     return entry
 
@@ -156,6 +157,15 @@ def peak_rss() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, all threads (a Ray worker runs one task at a time: the delta
+    over a task is the task's)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _node_ip() -> str:

@@ -828,8 +828,8 @@ def as_index(index: Any, name: str = "index") -> Any:
     """An open index from what a caller may pass: an `InfiniGramIndex` or `DifferenceIndex` as
     it is, an index directory (str or PathLike) opened, anything else a ValueError naming `name`."""
     from .remote import RemoteIndex  # (the client: standard library only)
-    if isinstance(index, (InfiniGramIndex, DifferenceIndex, RemoteIndex)):
-        return index
+    if isinstance(index, (InfiniGramIndex, DifferenceIndex, RemoteIndex)) or getattr(index, "is_routed", False):
+        return index  # (is_routed: a ShardRouter over shard groups, infinigram_hf.distributed)
     if isinstance(index, (str, os.PathLike)):
         return InfiniGramIndex.open(index)  # a directory, or http(s)://host:port/NAME
     raise ValueError(f"{name} must be an InfiniGramIndex, a RemoteIndex or an index directory or URL, "

@@ -27,6 +27,7 @@ from .._core.errors import InfiniGramError
 from .._core.ids import as_ids, one_per_row
 from . import wire
 from .batch import as_batch
+from .facts import IndexFacts
 from .http_pool import Pool, Response
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, Document, NextTokenDistribution,
                       ProbResult, ScoreResult)
@@ -40,7 +41,7 @@ def is_remote_url(path: Any) -> bool:
     return isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path
 
 
-class RemoteIndex:
+class RemoteIndex(IndexFacts):
     """An index on an `infinigram-hf serve` server, at ``http(s)://host:port/NAME``.
 
     Args:
@@ -154,16 +155,11 @@ class RemoteIndex:
 
     # ------------------------------------------------------------ metadata
 
-    num_tokens = property(lambda self: int(self.info["num_tokens"]))
-    num_docs = property(lambda self: int(self.info["num_docs"]))
-    vocab_size = property(lambda self: int(self.info["vocab_size"]))
-    separator_id = property(lambda self: int(self.info["separator_id"]))
-    token_width = property(lambda self: int(self.info["token_width"]))
+    def _facts(self) -> dict:
+        return self.info
+
     num_shards = property(lambda self: int(self.info["num_shards"]))
     state_size = property(lambda self: int(self.info["state_size"]))
-    eos_token_id = property(lambda self: self.info.get("eos_token_id"))
-    tokenizer_name = property(lambda self: self.info.get("tokenizer_name"))
-    vocab_fingerprint = property(lambda self: self.info.get("vocab_fingerprint"))
     metas = property(lambda self: list(self.info.get("metas", [])))
     tokenizer = None  # text is tokenized by the caller (pass tokenizer= where text is accepted)
 

@@ -209,8 +209,10 @@ class InfiniGramDrafter:
             "source": SOURCES.index(source), "eos_id": -1 if self.eos_token_id is None else self.eos_token_id,
             "infgram_cap": -1, "lookup_cap": -1}
         self._use_inf = index is not None and source != "lookup"
-        # over a RemoteIndex the four C calls below run on the server, with these same arguments
-        self._remote = RemoteDraftCalls(index, self._ctor_options()) if getattr(index, "is_remote", False) else None
+        # over a RemoteIndex the four C calls below run on the server, with these same arguments;
+        # over an index that brings its own (a ShardRouter: across shard groups), through those
+        self._remote = RemoteDraftCalls(index, self._ctor_options()) if getattr(index, "is_remote", False) else \
+            index.draft_calls(self._ctor_options()) if hasattr(index, "draft_calls") else None
         self._tls = threading.local()  # per-thread C buffers (_Scratch): a drafter may be shared
         self._stats_lock = threading.Lock()
         self.stats = {"drafts": 0, "infgram": 0, "lookup": 0, "none": 0, "tokens": 0}
@@ -307,8 +309,7 @@ class InfiniGramDrafter:
               caps: tuple = (-1, -1)) -> Draft:
         """One C call: advance `state` (in place) through the last n_new ids of seq, then draft
         (caps: the adaptive caps of the ∞-gram and lookup drafts, -1 = none)."""
-        n, out, cnt, tot, match, src_code = (self._remote.step(seq, state, n_new, limit, caps) if self._remote
-                                             else self._step_raw(seq, state, n_new, limit, caps))
+        n, out, cnt, tot, match, src_code = self.step_call(seq, state, n_new, limit, caps)
         if not count:
             return _NONE
         src = "none" if not n else "infgram" if src_code == lib.IG_DRAFT_INFGRAM else "lookup"
@@ -321,6 +322,12 @@ class InfiniGramDrafter:
         if src == "lookup":
             return Draft(out[:n].copy(), src, match)
         return Draft(out[:n].copy(), src, match, cnt[:n].copy(), tot[:n].copy())
+
+    def step_call(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int,
+                  caps: tuple) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """`ig_draft_step` wherever the index answers it (here, a server, or shard groups)."""
+        return self._remote.step(seq, state, n_new, limit, caps) if self._remote else \
+            self._step_raw(seq, state, n_new, limit, caps)
 
     def _step_raw(self, seq: np.ndarray, state: Optional[np.ndarray], n_new: int, limit: int,
                   caps: tuple) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, int, int]:

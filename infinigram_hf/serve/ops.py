@@ -216,7 +216,7 @@ def op_draft_step(s: ServedIndex, p: dict, a: Arrays) -> Result:
     caps = p.get("caps", [-1, -1])
     if not (isinstance(caps, list) and len(caps) == 2 and all(type(c) is int for c in caps)):
         raise ValueError(f"caps must be two ints, got {caps!r}")
-    n, out, cnt, tot, match, src = d._step_raw(seq, state, n_new, limit, tuple(caps))
+    n, out, cnt, tot, match, src = d.step_call(seq, state, n_new, limit, tuple(caps))
     arrays = {"tokens": out[:n].copy(), "counts": cnt[:n].copy(), "totals": tot[:n].copy()}
     if state is not None:
         arrays["state"] = state

@@ -169,6 +169,10 @@ def test_deadline_and_missing_group_raise_rather_than_answer_from_fewer_shards(s
         ray.kill(r._actors[0])
         with pytest.raises(ShardGroupUnavailable, match="shard group 0"):
             r.infgram_ntd([1])
+        with pytest.raises(ShardGroupUnavailable, match="shard group 0"):
+            r.suffix_cache().states([[1, 2]])  # (decoding states are routed alike)
+        with pytest.raises(ShardGroupUnavailable, match="shard group 0"):
+            r.search_docs([1, 2])
 
 
 def test_cli_build_with_ray(scratch_dir):
@@ -184,3 +188,92 @@ def test_cli_build_with_ray(scratch_dir):
         assert got.num_shards > 1
         assert_same_answers(got, want, [list(b"main"), list(b"return"), list(b"; }")], sorted(set(b"main;")),
                             docs=range(6))
+
+
+# ---------------------------------------------------------------------------- routed decoding
+
+
+def _same(a, b, fields) -> None:
+    for f in fields:
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+def assert_same_decoding(router, index, contexts, vocab, seed=0) -> None:
+    """The router's decoding-loop answers (SuffixCache batches, the drafter's steps, chains,
+    children and trees, a decoding loop with rejected drafts) equal the index's."""
+    from infinigram_hf.lm.drafter import InfiniGramDrafter
+
+    rng = np.random.default_rng(seed)
+    c1, c2 = index.suffix_cache(), router.suffix_cache()
+    _same(c2.ntd_batch(contexts), c1.ntd_batch(contexts), ("offsets", "token_ids", "counts", "total", "suffix_len",
+                                                           "sparse"))
+    toks = [int(t) % vocab for t in range(len(contexts))]
+    _same(c2.prob_batch(contexts, toks), c1.prob_batch(contexts, toks), ("counts", "prompt_counts", "suffix_len",
+                                                                         "sparse"))
+    assert [c2.state(c).suffix_len for c in contexts] == [c1.state(c).suffix_len for c in contexts]
+    for opts in ({"source": "infgram", "min_share": 0.0, "min_joint": 0.0, "max_draft": 6},
+                 {"source": "longest", "match_ratio": 0, "min_match": 1}):
+        d1, d2 = InfiniGramDrafter(index, adaptive=False, **opts), InfiniGramDrafter(router, adaptive=False, **opts)
+        for q in contexts:
+            x, y = d1.draft(q), d2.draft(q)
+            assert (x.tokens.tolist(), x.source, x.match_len) == (y.tokens.tolist(), y.source, y.match_len), (opts, q)
+            s1, s2 = d1.infgram_state(np.asarray(q, dtype=np.int64)), d2.infgram_state(np.asarray(q, dtype=np.int64))
+            k1, k2 = d1.children(s1, 3), d2.children(s2, 3)
+            assert (k1[0].tolist(), k1[1].tolist(), k1[3]) == (k2[0].tolist(), k2[1].tolist(), k2[3]), (opts, q)
+            for j, t in enumerate(k1[0].tolist()):
+                x, y = d1.infgram_chain(k1[2][j], 4), d2.infgram_chain(k2[2][j], 4)
+                assert (x.tokens.tolist(), x.counts.tolist()) == (y.tokens.tolist(), y.counts.tolist()), (opts, q, t)
+                if t == index.separator_id:
+                    continue
+                # a child state advanced by one more token (groups the child left behind search again)
+                seq = np.asarray(list(q) + [t, int(rng.integers(0, vocab))], dtype=np.int64)
+                a, b = d1._step(seq, k1[2][j].copy(), 1, 4), d2._step(seq, k2[2][j].copy(), 1, 4)
+                assert (a.tokens.tolist(), a.source, a.match_len) == (b.tokens.tolist(), b.source, b.match_len)
+            x, y = d1.tree(q, width=2, max_nodes=8, min_prob=0.05), d2.tree(q, width=2, max_nodes=8, min_prob=0.05)
+            assert (x.tokens.tolist(), x.parents.tolist()) == (y.tokens.tolist(), y.parents.tolist()), (opts, q)
+            r1, r2 = d1.start(q), d2.start(q)
+            for step in range(4):  # accepted drafts, rejected ones, a document boundary
+                a, b = d1.draft_row(r1), d2.draft_row(r2)
+                assert (a.tokens.tolist(), a.source) == (b.tokens.tolist(), b.source), (opts, q, step)
+                new = list(a.tokens[:2]) if step % 2 == 0 and len(a) else [int(rng.integers(0, vocab + 1))]
+                d1.append(r1, new)
+                d2.append(r2, new)
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(docs=st.lists(st.lists(st.integers(0, VOCAB - 1), max_size=40), min_size=4, max_size=60),
+       shard_tokens=st.integers(41, 300), split=st.integers(0, 2))
+def test_router_decoding_states_drafts_and_search_equal_the_index(scratch_dir, docs, shard_tokens, split):
+    a = build_index(docs, _out(scratch_dir), vocab_size=VOCAB, shard_tokens=shard_tokens, progress=False)
+    n = a.num_shards
+    third = -(-n // 3)
+    plans = [[list(range(n))], [list(range(0, n, 2)), list(range(1, n, 2))],
+             [list(range(i, min(i + third, n))) for i in range(0, n, third)]]
+    groups = [g for g in plans[split] if g]
+    with a, ShardRouter(a.paths[0], groups, [ray.remote(num_cpus=0.1)(ShardGroup).remote(str(a.paths[0]), g)
+                                             for g in groups]) as r:
+        assert r.state_size == 2 + 2 * len(groups) + 2 * n
+        contexts = [[], [1, 2], [3, 3, 3], [0, 1, 2, 3, 0, 1]] + [d[:7] for d in docs[:2]]
+        assert_same_decoding(r, a, contexts, VOCAB)
+        for query in ([1, 2], [[[0, 1]], [[2, 2], [3]]], [[[3, 0, 1]]]):
+            x, y = a.search_docs(query, maxnum=5, max_clause_freq=10 ** 6), r.search_docs(query, maxnum=5,
+                                                                                           max_clause_freq=10 ** 6)
+            assert (x.count, x.doc_ids.tolist(), x.anchor_clause, x.anchor_count, x.approximate) == \
+                (y.count, y.doc_ids.tolist(), y.anchor_clause, y.anchor_count, y.approximate), query
+            for u, v in zip(x.documents, y.documents):
+                assert u.doc_id == v.doc_id and np.array_equal(u.spans, v.spans) and u.shard == v.shard
+
+
+def test_router_drafts_equal_the_index_where_candidates_are_sampled(scratch_dir):
+    """Above IG_DRAFT_EXACT_MAX occurrences the C drafter samples candidates at spaced suffix-
+    array ranks; the router asks the groups for the tokens at the same ranks."""
+    rng = np.random.default_rng(7)
+    docs = [list(rng.choice(3, size=200, p=[0.5, 0.3, 0.2])) for _ in range(60)]  # 12,000 tokens
+    a = build_index(docs, _out(scratch_dir), vocab_size=VOCAB, shard_tokens=2500, progress=False)
+    groups = [[s] for s in range(a.num_shards)]
+    with a, ShardRouter(a.paths[0], groups, [ray.remote(num_cpus=0.1)(ShardGroup).remote(str(a.paths[0]), g)
+                                             for g in groups]) as r:
+        assert a.count([0]) > 2048 and a.num_shards >= 4
+        assert_same_decoding(r, a, [[], [0], [1], [0, 0], [2, 1, 0]], VOCAB, seed=1)
+        with pytest.raises(ValueError, match="max_clause_freq"):
+            r.search_docs([0], max_clause_freq=100)  # (a single index would sample: the router refuses)

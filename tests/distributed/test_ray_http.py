@@ -85,3 +85,32 @@ def test_remote_index_over_the_router_answers_and_generates_as_in_process(routed
             outs.append(tiny_model.generate(**enc, logits_processor=LogitsProcessorList([proc]), max_new_tokens=12,
                                             do_sample=False, pad_token_id=tiny_tok.pad_token_id).tolist())
         assert outs[0] == outs[1]
+
+
+def test_speculative_decoding_search_and_documents_over_the_router(routed_url, tiny_index, tiny_model, tiny_tok):
+    """The drafter's steps, trees, documents and search go through RemoteIndex -> server ->
+    ShardRouter too: the same tokens and the same drafts as in process."""
+    import torch
+
+    from infinigram_hf import speculative_generate
+    from infinigram_hf.index import RemoteIndex
+
+    a, b = tiny_tok.encode(TEXTS[0][:300]), tiny_tok.encode(TEXTS[1][:300])
+    n = min(len(a), len(b), 40)
+    ids = torch.tensor([a[:n], b[:n]])
+    mask = torch.ones_like(ids)
+    with RemoteIndex(routed_url) as remote:
+        for tree in (False, True):
+            local, st_l = speculative_generate(tiny_model, ids, tiny_index, attention_mask=mask, max_new_tokens=16,
+                                               do_sample=False, draft_tree=tree, return_stats=True)
+            rem, st_r = speculative_generate(tiny_model, ids, remote, attention_mask=mask, max_new_tokens=16,
+                                             do_sample=False, draft_tree=tree, return_stats=True)
+            assert torch.equal(local, rem)
+            assert (st_l.steps, st_l.drafted, st_l.accepted) == (st_r.steps, st_r.drafted, st_r.accepted)
+            assert st_r.drafted > 0
+        q = tiny_tok.encode("return", add_special_tokens=False)
+        x, y = tiny_index.search_docs(q, maxnum=3), remote.search_docs(q, maxnum=3)
+        assert (x.count, x.doc_ids.tolist(), x.anchor_count) == (y.count, y.doc_ids.tolist(), y.anchor_count)
+        assert [np.array_equal(u.spans, v.spans) for u, v in zip(x.documents, y.documents)] == [True] * len(x.documents)
+        for d in (0, tiny_index.num_docs - 1):
+            assert np.array_equal(remote.get_doc(d).token_ids, tiny_index.get_doc(d).token_ids)
