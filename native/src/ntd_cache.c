@@ -307,6 +307,7 @@ int ig_ntc_open(ig_shard *s, int dirfd, const char *dir, int width, uint32_t voc
     close(fd);
     if (p == MAP_FAILED)
         return ig_fail(err, errlen, IG_ERR_IO, "%s/%s: mmap failed (%s)", dir, IG_NTC_FILE, strerror(errno));
+    if ((size_t)st.st_size > IG_SMALL_FILE) (void)madvise(p, (size_t)st.st_size, MADV_RANDOM);
     s->ntc_map.base = p;
     s->ntc_map.size = (size_t)st.st_size;
     ig_header h;
