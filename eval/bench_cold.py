@@ -221,12 +221,16 @@ def main() -> None:
     ap.add_argument("--kinds", default="count,prob,ntd,infgram_prob,infgram_ntd,search_doc,dense_score")
     ap.add_argument("--keep-small", action="store_true")
     ap.add_argument("--no-200m", action="store_true")
+    ap.add_argument("--ours-200m", type=Path, help="a private copy of <cache>/ours/linux200m: pages another "
+                    "process maps cannot be evicted (resident_after_evict_pages shows them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
 
     cache = corpora.cache_dir()
     dirs = {"ours_200m": cache / "ours" / "linux200m", "ours_100m": cache / "ours" / "official15_linux100m"}
+    if a.ours_200m:
+        dirs["ours_200m"] = a.ours_200m
     if a.no_200m:
         del dirs["ours_200m"]
     work = workload(a.queries, a.dense, a.dense_len, a.seed)
