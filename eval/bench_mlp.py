@@ -101,9 +101,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--round-seconds", type=float, default=0.3)
     ap.add_argument("--only", nargs="*", help="workloads whose name starts with one of these")
+    ap.add_argument("--index-dir", type=Path, help="a copy of the index to open instead (same queries)")
+    ap.add_argument("--out", type=Path, help="results file (default eval/results/mlp_<index>.json)")
     args = ap.parse_args()
 
     index_dir, held = index_and_heldout(args.index)
+    index_dir = args.index_dir or index_dir
     sep = 0  # <|endoftext|> (corpora.py): no query crosses a document
     rng = np.random.default_rng(19)
 
@@ -169,7 +172,7 @@ def main() -> None:
     load = os.getloadavg()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "base": args.base, "index": args.index,
             "index_dir": str(index_dir), "rounds": args.rounds, "loadavg": load}
-    out = HERE / "results" / f"mlp_{args.index}.json"
+    out = args.out or HERE / "results" / f"mlp_{args.index}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"\n{meta['date']}, index {args.index}, base {args.base}, {args.rounds} rounds, "

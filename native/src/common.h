@@ -23,6 +23,15 @@ typedef struct {
     size_t size;
 } ig_map;
 
+/* Readahead policy (measured: eval/bench_cold.py, docs/PERFORMANCE.md). Files above this size are
+   mapped MADV_RANDOM: a search touches a few scattered pages, and the default read-around
+   fetched the device's read_ahead_kb (8 MiB here) per fault. Smaller files are read whole. */
+#define IG_SMALL_FILE ((size_t)8 << 20)
+
+/* index.c: before a sequential read of bytes [p, p + n) of mapping m (a document's tokens),
+   ask for them in one go (MADV_WILLNEED), as MADV_RANDOM would fault them in page by page. */
+void ig_will_read(const ig_map *m, const void *p, size_t n);
+
 #define IG_NTC_DEPTHS 3 /* contexts of 1..3 tokens may be cached (ntd_cache.h) */
 
 typedef struct {

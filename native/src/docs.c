@@ -63,6 +63,7 @@ int ig_get_doc(const ig_index *ix, int shard, int64_t doc, uint32_t *out, int64_
     if (rc) return rc;
     *len_out = n;
     if (n > cap) return ig_fail(err, errlen, IG_ERR_CAPACITY, "document has %lld tokens", (long long)n);
+    ig_will_read(&s->tok_map, s->tokens + a * ix->token_width, (size_t)n * (size_t)ix->token_width);
     for (int64_t i = 0; i < n; i++) out[i] = ig_tok(s, ix->token_width, a + i);
     return IG_OK;
 }
@@ -80,6 +81,7 @@ int ig_doc_window(const ig_index *ix, int shard, int64_t doc, int64_t begin, int
     *begin_out = begin;
     *len_out = end - begin;
     if (end - begin > cap) return ig_fail(err, errlen, IG_ERR_CAPACITY, "window has %lld tokens", (long long)(end - begin));
+    ig_will_read(&s->tok_map, s->tokens + (a + begin) * ix->token_width, (size_t)(end - begin) * (size_t)ix->token_width);
     for (int64_t i = begin; i < end; i++) out[i - begin] = ig_tok(s, ix->token_width, a + i);
     return IG_OK;
 }

@@ -68,21 +68,74 @@ static void lane_begin(lane *L, const ig_shard *s, ig_range r, int64_t d, const 
     prefetch_sa(s, L->mid);
 }
 
-/* Start query i (qs[i]) in lane L. Returns 0 when it is answered already (in *res), else 1. */
-static int lane_start_find(lane *L, const ig_shard *s, int w, const void *ctx, int64_t i, ig_range *res) {
-    const uint32_t *q = ((const ig_query *)ctx)[i].q;
-    int64_t len = ((const ig_query *)ctx)[i].len;
-    if (len == 0) {
-        *res = (ig_range){0, s->num_tokens};
-        return 0;
+/* Queries narrowed together through the short-context cache (narrow_block), then searched. */
+#define IG_FIND_BLOCK 256
+
+typedef struct {
+    const ig_query *qs;
+    ig_range r[IG_FIND_BLOCK]; /* each query's range after the cache, at depth d */
+    int64_t d[IG_FIND_BLOCK];
+} find_block;
+
+/* For queries qs[0..n) (n <= IG_FIND_BLOCK): the first-token range, narrowed through the
+   short-context cache while that applies -- query.c's loop (while the depth is below the query's
+   length and at most IG_NTC_MAX_DEPTH, and the range holds >= 64 ranks, and the context is
+   cached), run depth by depth across the block. Each query's lookups are a chain of dependent
+   loads (bucket, record, entries by binary search); taking the queries in turns with the next
+   load prefetched overlaps the chains' misses instead of adding them up. */
+static void narrow_block(const ig_shard *s, int w, find_block *B, int64_t n) {
+    const ig_query *qs = B->qs;
+    uint8_t live[IG_FIND_BLOCK];
+    const uint32_t *e[IG_FIND_BLOCK];
+    int64_t m[IG_FIND_BLOCK], a[IG_FIND_BLOCK], b[IG_FIND_BLOCK];
+    for (int64_t i = 0; i < n; i++) {
+        B->d[i] = qs[i].len ? 1 : 0;
+        B->r[i] = qs[i].len ? ig_first_token_range(s, w, qs[i].q[0]) : (ig_range){0, s->num_tokens};
+        live[i] = qs[i].len > 0 && s->ntc_n;
     }
-    ig_range r = ig_first_token_range(s, w, q[0]);
-    int64_t d = 1;
-    while (d < len && s->ntc_n && d <= IG_NTC_MAX_DEPTH && r.hi - r.lo >= 64) {
-        ig_range o;
-        if (!ig_ntc_narrow(s, d, r, q[d], &o)) break;
-        r = o;
-        d++;
+    for (int64_t depth = 1; depth <= IG_NTC_MAX_DEPTH; depth++) {
+        int any = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (live[i] && !(depth < qs[i].len && B->r[i].hi - B->r[i].lo >= 64)) live[i] = 0;
+            if (live[i]) ig_ntc_prefetch_bucket(s, depth, B->r[i]), any = 1;
+        }
+        if (!any) return;
+        for (int64_t i = 0; i < n; i++)
+            if (live[i]) ig_ntc_prefetch_record(s, depth, B->r[i]);
+        for (int64_t i = 0; i < n; i++) {
+            if (!live[i]) continue;
+            e[i] = ig_ntc_find(s, depth, B->r[i], &m[i]);
+            if (!e[i]) { live[i] = 0; continue; } /* not cached: the search takes it from here */
+            a[i] = 0;
+            b[i] = m[i];
+            if (a[i] < b[i]) __builtin_prefetch(e[i] + 2 * ((a[i] + b[i]) / 2));
+        }
+        for (int more = 1; more;) { /* the entries' binary searches, one step each per turn */
+            more = 0;
+            for (int64_t i = 0; i < n; i++) {
+                if (!live[i] || a[i] >= b[i]) continue;
+                int64_t mid = a[i] + (b[i] - a[i]) / 2;
+                if (e[i][2 * mid] < qs[i].q[depth]) a[i] = mid + 1; else b[i] = mid;
+                if (a[i] < b[i]) __builtin_prefetch(e[i] + 2 * (a[i] + (b[i] - a[i]) / 2)), more = 1;
+            }
+        }
+        for (int64_t i = 0; i < n; i++) {
+            if (!live[i]) continue;
+            ig_ntc_pick(e[i], m[i], a[i], B->r[i], qs[i].q[depth], &B->r[i]);
+            B->d[i] = depth + 1;
+        }
+    }
+}
+
+/* Start query i of the block in lane L. Returns 0 when it is answered already (in *res), else 1. */
+static int lane_start_find(lane *L, const ig_shard *s, int w, const void *ctx, int64_t i, ig_range *res) {
+    const find_block *B = ctx;
+    const uint32_t *q = B->qs[i].q;
+    int64_t len = B->qs[i].len, d = B->d[i];
+    ig_range r = B->r[i];
+    if (len == 0) {
+        *res = r;
+        return 0;
     }
     if (d == len || r.hi <= r.lo) {
         *res = r;
@@ -208,7 +261,13 @@ static inline void run_lanes(const ig_shard *s, int w, int64_t n, lane_start_fn 
 }
 
 void ig_find_many(const ig_shard *s, int w, const ig_query *qs, int64_t n, ig_range *out, int64_t stride) {
-    run_lanes(s, w, n, lane_start_find, qs, out, stride);
+    find_block B;
+    for (int64_t i = 0; i < n; i += IG_FIND_BLOCK) {
+        int64_t k = n - i < IG_FIND_BLOCK ? n - i : IG_FIND_BLOCK;
+        B.qs = qs + i;
+        narrow_block(s, w, &B, k);
+        run_lanes(s, w, k, lane_start_find, &B, out + i * stride, stride);
+    }
 }
 
 void ig_find_many_all(const ig_index *ix, const ig_query *qs, int64_t n, ig_range *out, uint64_t *counts) {

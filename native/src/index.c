@@ -26,13 +26,24 @@ static int map_file(const ig_shard *s, ig_map *m, int dirfd, const char *dir, co
     /* Small files (docs, unigram) are read whole at open: one readahead instead of a page fault
        per 4-64 KB, which on a cold cache cost ~90 ms for a 100M-token index. Big files are
        read where the queries go. */
-    if (st.st_size <= ((off_t)8 << 20)) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    if ((size_t)st.st_size <= IG_SMALL_FILE) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return ig_fail(err, errlen, IG_ERR_IO, "%s/%s: mmap failed (%s)", dir, name, strerror(errno));
+    if ((size_t)st.st_size > IG_SMALL_FILE) (void)madvise(p, (size_t)st.st_size, MADV_RANDOM);
     m->base = p;
     m->size = (size_t)st.st_size;
     return IG_OK;
+}
+
+void ig_will_read(const ig_map *m, const void *p, size_t n) {
+    const size_t page = 4096, min_bytes = 32 * 1024; /* shorter reads: a few faults cost less */
+    if (n < min_bytes || !m->base || (const uint8_t *)p < m->base) return;
+    size_t a = (size_t)((const uint8_t *)p - m->base);
+    if (a >= m->size) return;
+    size_t b = a + n < m->size ? a + n : m->size;
+    a &= ~(page - 1);
+    (void)madvise((void *)(m->base + a), b - a, MADV_WILLNEED);
 }
 
 static void unmap_file(ig_map *m) {
@@ -85,7 +96,7 @@ static void prefetch_shard(int dirfd, int links) {
         int fd;
         struct stat st;
         if (ig_open_index_file(dirfd, "", names[i], 1 | links, &fd, &st, NULL, 0) || fd < 0) continue;
-        if (st.st_size <= ((off_t)8 << 20)) {
+        if ((size_t)st.st_size <= IG_SMALL_FILE) {
             (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
         } else { /* header; and the last page (the final separator, the last doc offset) */
             (void)posix_fadvise(fd, 0, 4096, POSIX_FADV_WILLNEED);

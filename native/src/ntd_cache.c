@@ -307,6 +307,7 @@ int ig_ntc_open(ig_shard *s, int dirfd, const char *dir, int width, uint32_t voc
     close(fd);
     if (p == MAP_FAILED)
         return ig_fail(err, errlen, IG_ERR_IO, "%s/%s: mmap failed (%s)", dir, IG_NTC_FILE, strerror(errno));
+    if ((size_t)st.st_size > IG_SMALL_FILE) (void)madvise(p, (size_t)st.st_size, MADV_RANDOM);
     s->ntc_map.base = p;
     s->ntc_map.size = (size_t)st.st_size;
     ig_header h;
@@ -446,13 +447,39 @@ int ig_ntc_narrow(const ig_shard *s, int64_t d, ig_range r, uint32_t t, ig_range
         int64_t mid = a + (b - a) / 2;
         if (e[2 * mid] < t) a = mid + 1; else b = mid;
     }
+    ig_ntc_pick(e, n, a, r, t, out);
+    return 1;
+}
+
+void ig_ntc_pick(const uint32_t *e, int64_t n, int64_t a, ig_range r, uint32_t t, ig_range *out) {
     if (a < n && e[2 * a] == t) {
         out->lo = r.lo + e[2 * a + 1];
         out->hi = a + 1 < n ? r.lo + e[2 * a + 3] : r.hi;
     } else {
         out->lo = out->hi = a < n ? r.lo + e[2 * a + 1] : r.hi;
     }
-    return 1;
+}
+
+/* find_record's first loads: the bucket of r.lo at depth d ... */
+static const uint32_t *bucket_of(const ig_shard *s, int64_t d, ig_range r) {
+    if (d < 1 || d > IG_NTC_MAX_DEPTH || !s->ntc_n || r.lo < 0) return NULL;
+    uint64_t k = (uint64_t)r.lo >> s->ntc_shift[d];
+    if (k >= (uint64_t)(s->ntc_bucket_at[d + 1] - s->ntc_bucket_at[d] - 1)) return NULL;
+    return s->ntc_bucket + s->ntc_bucket_at[d] + k;
+}
+
+void ig_ntc_prefetch_bucket(const ig_shard *s, int64_t d, ig_range r) {
+    const uint32_t *b = bucket_of(s, d, r);
+    if (b) __builtin_prefetch(b);
+}
+
+/* ... then the bucket's first record (usually the only candidate) and its check mark. */
+void ig_ntc_prefetch_record(const ig_shard *s, int64_t d, ig_range r) {
+    const uint32_t *b = bucket_of(s, d, r);
+    if (!b || b[0] >= b[1]) return;
+    __builtin_prefetch(s->ntc_lo + b[0]);
+    __builtin_prefetch(s->ntc_rec + 4 * (int64_t)b[0]);
+    __builtin_prefetch(s->ntc_checked + b[0]);
 }
 
 int64_t ig_ntc_copy(const uint32_t *e, int64_t n, ig_range r, uint32_t *toks, uint64_t *cnts, int64_t cap) {

@@ -50,4 +50,11 @@ int64_t ig_ntc_copy(const uint32_t *e, int64_t n, ig_range r, uint32_t *toks, ui
    result sits where t would be inserted. */
 int ig_ntc_narrow(const ig_shard *s, int64_t d, ig_range r, uint32_t t, ig_range *out);
 
+/* ig_ntc_narrow in steps, for many lookups interleaved (find_many.c): prefetch what ig_ntc_find
+   reads first (the bucket, then the record it points to), call ig_ntc_find, search its entries
+   for the first one with token >= t (at a, 0 <= a <= n), and ig_ntc_pick gives the range. */
+void ig_ntc_prefetch_bucket(const ig_shard *s, int64_t d, ig_range r);
+void ig_ntc_prefetch_record(const ig_shard *s, int64_t d, ig_range r);
+void ig_ntc_pick(const uint32_t *e, int64_t n, int64_t a, ig_range r, uint32_t t, ig_range *out);
+
 #endif
