@@ -259,7 +259,7 @@ def build_index(
         max_shard_tokens: cap a shard's size (tokens plus one separator per document) below what
             the budget allows, e.g. to make shards of a fixed size. When two shards fit the
             budget at once, a full shard is finished on a second thread while the next one
-            fills (faster on two cores; each query then searches every shard).
+            fills (two cores at work; each query then searches every shard).
         num_proc: processes for tokenization (fast tokenizers are already multi-threaded); forked
             on Linux, spawned elsewhere (a script then needs an ``if __name__ == "__main__":`` guard).
         overwrite: replace an existing index at out_dir (only once the new one is complete).
