@@ -5,6 +5,16 @@ For each corpus (pre-tokenized u16 arrays from eval/corpora.py) both engines ind
 documents; we report wall time, peak RSS of the largest process and bytes per token on disk.
 
     .venv/bin/python eval/bench_build.py --corpora stdlib.reference linux200m --runs 3
+    .venv/bin/python eval/bench_build.py --corpora linux200m --no-official --max-shard-tokens 100100000
+
+`--max-shard-tokens` cuts the corpus into shards of that size; two of them fit the budget at
+once, so each full shard is finished on a second thread while the next fills (a multi-shard
+index: each query searches every shard). Results are kept under the corpus name plus
+"@<shard size>" then. `--baseline DIR` also builds with another version of the package (a
+source tree with its C core compiled in place, e.g. `git archive main | tar -x -C DIR` then
+`python setup.py build_ext --inplace` there), alternating with ours run by run, and reports the
+ratios of the medians. Wall and CPU seconds are both reported: on a machine shared with other
+work the wall time of a two-thread build depends on their load, CPU time much less.
 
 `linux200m` is the first documents of the linux corpus up to 200M tokens (made on first use).
 Our build runs in a fresh subprocess each time (peak RSS = that process's ru_maxrss); tokens
@@ -22,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -68,7 +79,7 @@ def iter_docs_streamed(name: str, chunk_tokens: int = 1 << 24):
             yield buf[a - lo:b - lo].copy()
 
 
-def worker(name: str, out_dir: str, budget: str) -> None:
+def worker(name: str, out_dir: str, budget: str, max_shard_tokens: str = "0") -> None:
     """Runs in a fresh process: build, then print figures as JSON."""
     import resource
 
@@ -77,7 +88,8 @@ def worker(name: str, out_dir: str, budget: str) -> None:
     t0 = time.perf_counter()
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     ix = build_index(iter_docs_streamed(name), out_dir, vocab_size=corpora.VOCAB_SIZE,
-                     memory_budget=budget, overwrite=True, progress=False)
+                     memory_budget=budget, overwrite=True, progress=False,
+                     max_shard_tokens=int(max_shard_tokens) or None)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)  # all threads: user + system CPU seconds
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -95,9 +107,14 @@ def worker(name: str, out_dir: str, budget: str) -> None:
     }))
 
 
-def build_ours(name: str, out_dir: Path, budget: str) -> dict:
-    cmd = [sys.executable, __file__, "--worker", name, str(out_dir), budget]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+def build_ours(name: str, out_dir: Path, budget: str, max_shard_tokens: int = 0,
+               package_dir: Optional[Path] = None) -> dict:
+    """One build in a fresh process; package_dir: import infinigram_hf from there instead."""
+    cmd = [sys.executable, __file__, "--worker", name, str(out_dir), budget, str(max_shard_tokens)]
+    env = dict(os.environ)
+    if package_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(package_dir)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -108,6 +125,20 @@ def build_official(name: str) -> dict:
                         "--no-smoke", "--results", str(out)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.loads(out.read_text())[name]["build"]
+
+
+def summarize(runs: list) -> dict:
+    """Medians of several builds' figures (the largest peak RSS), each run's kept too."""
+    out = dict(runs[-1])
+    for k in ("wall_seconds", "cpu_seconds"):
+        out[f"{k}_runs"] = [r[k] for r in runs]
+        out[k] = statistics.median(out[f"{k}_runs"])
+    out["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    out["peak_rss_bytes_per_token"] = round(out["peak_rss_bytes"] / out["tokens"], 3)
+    out["tokens_per_second"] = round(out["tokens"] / out["wall_seconds"])
+    out["loadavg_runs"] = [r["loadavg"] for r in runs]
+    out.pop("loadavg")
+    return out
 
 
 def _git_head() -> str:
@@ -124,8 +155,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="builds of ours per corpus (median reported)")
     ap.add_argument("--budget", default="8GiB", help="our memory budget per shard")
     ap.add_argument("--no-official", action="store_true")
+    ap.add_argument("--max-shard-tokens", type=int, default=0, help="shard size (0: as the budget allows)")
+    ap.add_argument("--baseline", type=Path, help="source tree of another version to build with, alternating")
     ap.add_argument("--results", type=Path, default=RESULTS, help="JSON file the figures are merged into")
-    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         worker(*a.worker)
@@ -134,17 +167,23 @@ def main() -> None:
     for name in a.corpora:
         ensure_prefix_corpus(name)
         out_dir = corpora.cache_dir() / "ours-build" / name
-        runs = [build_ours(name, out_dir, a.budget) for _ in range(a.runs)]
-        ours = dict(runs[-1])
-        ours["wall_seconds_runs"] = [r["wall_seconds"] for r in runs]
-        ours["wall_seconds"] = statistics.median(ours["wall_seconds_runs"])
-        ours["cpu_seconds_runs"] = [r["cpu_seconds"] for r in runs]
-        ours["cpu_seconds"] = statistics.median(ours["cpu_seconds_runs"])
-        ours["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+        runs, base_runs = [], []
+        for _ in range(a.runs):
+            if a.baseline is not None:
+                base_runs.append(dict(build_ours(name, out_dir, a.budget, a.max_shard_tokens, a.baseline),
+                                      loadavg=os.getloadavg()))
+            runs.append(dict(build_ours(name, out_dir, a.budget, a.max_shard_tokens), loadavg=os.getloadavg()))
+        ours = summarize(runs)
         entry = {"date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S"), "loadavg_before": os.getloadavg(),
                  "ours": ours, "git_commit": _git_head(),
                  "command": f".venv/bin/python eval/bench_build.py --corpora {name} --runs {a.runs} --budget {a.budget}"
+                            + (f" --max-shard-tokens {a.max_shard_tokens}" if a.max_shard_tokens else "")
+                            + (f" --baseline {a.baseline}" if a.baseline else "")
                             + (" --no-official" if a.no_official else "")}
+        if base_runs:
+            base = summarize(base_runs)
+            entry["baseline"] = dict(base, package_dir=str(a.baseline))
+            entry["speedup_over_baseline"] = {k: round(base[k] / ours[k], 2) for k in ("wall_seconds", "cpu_seconds")}
         if not a.no_official:
             off = build_official(name)
             entry["official"] = {k: off[k] for k in ("build_wall_seconds", "build_step_seconds", "build_cpu_seconds",
@@ -157,7 +196,7 @@ def main() -> None:
             entry["peak_rss_ratio_ours_over_official"] = round(
                 ours["peak_rss_bytes"] / off["peak_rss_largest_process_bytes"], 2)
         entry["loadavg_after"] = os.getloadavg()
-        results[name] = entry
+        results[name + (f"@{a.max_shard_tokens}" if a.max_shard_tokens else "")] = entry
         a.results.parent.mkdir(parents=True, exist_ok=True)
         a.results.write_text(json.dumps(results, indent=1) + "\n")
         print(json.dumps({name: entry}, indent=1), flush=True)

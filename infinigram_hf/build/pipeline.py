@@ -29,6 +29,7 @@ from .ingest import ByteText, ShardFeeder
 from .._core.native import lib
 from .._core.progress import progress_bar
 from .publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
+from .shard_finisher import ShardFinisher, concurrent_finish_fits
 from .shard_writer import ShardWriter
 from ..index import InfiniGramIndex
 from .sources import Batch, iter_batches, select_split, source_length, source_paths
@@ -256,7 +257,9 @@ def build_index(
         memory_budget: peak memory for building one shard ('4GiB'); a larger corpus is cut into
             several shards whose counts add up at query time.
         max_shard_tokens: cap a shard's size (tokens plus one separator per document) below what
-            the budget allows, e.g. to make shards of a fixed size.
+            the budget allows, e.g. to make shards of a fixed size. When two shards fit the
+            budget at once, a full shard is finished on a second thread while the next one
+            fills (two cores at work; each query then searches every shard).
         num_proc: processes for tokenization (fast tokenizers are already multi-threaded); forked
             on Linux, spawned elsewhere (a script then needs an ``if __name__ == "__main__":`` guard).
         overwrite: replace an existing index at out_dir (only once the new one is complete).
@@ -304,26 +307,28 @@ def build_index(
     tmp = make_build_dir(out)
     tokenized = None
     feeder: Optional[ShardFeeder] = None
+    finisher = ShardFinisher(concurrent_finish_fits(budget, shard_cap, width, usable_cpus()))
     started = time.time()
     _phase("")
     bar = progress_bar(total=source_length(source), unit="doc", disable=not progress, desc="indexing", dynamic_ncols=True)
     try:
-        shards: list[dict] = []
+        shards = finisher.entries
+        shards_opened = [0]
         tokens_seen = 0
         has_meta = bool(metadata_columns) or _is_file_source(source)  # files keep their path
 
         def open_shard() -> tuple[ShardWriter, Optional[fmt.DocMetaWriter]]:
-            d = tmp / fmt.shard_dir_name(len(shards))
+            d = tmp / fmt.shard_dir_name(shards_opened[0])
+            shards_opened[0] += 1
             w = ShardWriter(d, width, int(vocab_size), ntd_cache_min_cost=ntd_cache_min_cost)
             return w, (fmt.DocMetaWriter(d) if has_meta else None)
 
-        def close_shard(writer: ShardWriter, metawriter: Optional[fmt.DocMetaWriter]) -> None:
+        def close_shard(writer: ShardWriter, metawriter: Optional[fmt.DocMetaWriter], last: bool = False) -> None:
             _phase("documents taken in")
-            entry = writer.finish()
-            _phase("")  # (the C core timed its own phases)
             if metawriter is not None:
                 metawriter.close()
-            shards.append(entry)
+            finisher.finish(writer, last)
+            _phase("")  # (the C core timed its own phases)
 
         batches = iter_batches(source, text_column=text_column, metadata_columns=metadata_columns,
                                batch_size=batch_size)
@@ -342,8 +347,10 @@ def build_index(
             bar.set_postfix(tokens=f"{tokens_seen:,}", tok_per_s=f"{tokens_seen / elapsed:,.0f}")
         seqs = metas = stream = None  # the last batch's memory goes before the peak of finishing
         feeder.release()
-        if feeder.writer.num_docs or not shards:
-            close_shard(feeder.writer, feeder.metawriter)
+        if feeder.writer.num_docs or shards_opened[0] == 1:
+            close_shard(feeder.writer, feeder.metawriter, last=True)
+        else:
+            finisher.wait()
         feeder = None
         meta = index_meta(tok, int(vocab_size), width, shards, {
             "memory_budget": budget,
@@ -361,6 +368,7 @@ def build_index(
     except BaseException:
         if feeder is not None and feeder.metawriter is not None:
             feeder.metawriter.abort()
+        finisher.abandon()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:

@@ -40,6 +40,7 @@
 #include "parallel.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,12 @@
 
 /* Most passes touch the text or the buckets at random positions known a little in advance;
    they prefetch PF items ahead (a few hundred ns of work, more than a DRAM round trip). */
-#define PF 32
+#ifndef PF
+#define PF 64
+#endif
+#ifndef BIG_PIPE
+#define BIG_PIPE 2
+#endif
 #define BIG_K (1 << 17) /* bucket arrays beyond this many (512 KiB) fall out of L2 */
 
 /* Stage-1 entries in the naming mode: bit 31 = type flag (see induce), bit 30 = group mark. */
@@ -98,6 +104,36 @@ static void hint_hugepages(const void *p, size_t bytes, int populated) {
     (void)bytes;
     (void)populated;
 #endif
+}
+
+/* With INFINIGRAM_BUILD_TIMING set, each step of each level reports its wall time and the
+   process's CPU time (all threads; on a shared machine the fairer figure) to stderr (profiling
+   builds; `t` holds the step's start, updated). */
+typedef struct {
+    int on, level;
+} sa_timer;
+
+typedef struct {
+    double wall, cpu;
+} sa_clock;
+
+static double sa_clock_of(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static sa_clock sa_now(void) {
+    sa_clock c = {sa_clock_of(CLOCK_MONOTONIC), sa_clock_of(CLOCK_PROCESS_CPUTIME_ID)};
+    return c;
+}
+
+static void sa_step(const sa_timer *tm, sa_clock *t, const char *what, int32_t n, int32_t K) {
+    if (!tm->on) return;
+    sa_clock now = sa_now();
+    fprintf(stderr, "infinigram sais: level %d %-22s %7.3f s wall %7.3f s cpu  (n=%d K=%d)\n", tm->level, what,
+            now.wall - t->wall, now.cpu - t->cpu, n, K);
+    *t = now;
 }
 
 /* ---- buckets ----------------------------------------------------------------------------- */
@@ -138,6 +174,7 @@ typedef struct {
     ig_sais_progress_fn done; /* top level only: told as stage 3 finalizes ranges of SA */
     void *done_ctx;
     int32_t done_every;       /* entries between two reports */
+    sa_timer tm;
 } workspace;
 
 /* One K-array from the free space or, within the budget, malloc (NULL when neither). */
@@ -187,6 +224,29 @@ static void buckets_free(buckets *bk) {
     if (bk->own_A) free(bk->A);
     bk->B = bk->C = bk->A = NULL;
     bk->own_B = bk->own_C = bk->own_A = 0;
+}
+
+/* m more int32 beside the level's bucket arrays: free SA space past them, else malloc within
+   the budget; NULL when neither (callers then do without). *own = 1 when malloc'd. */
+static int32_t *scratch_after(const buckets *bk, workspace ws, int64_t m, int *own) {
+    int64_t used = (bk->own_B ? 0 : bk->K) + (bk->C && !bk->own_C ? bk->K : 0) + (bk->A && !bk->own_A ? bk->K : 0);
+    int64_t budget = ws.budget - (bk->own_B ? bk->K : 0) - (bk->own_C ? bk->K : 0) - (bk->own_A ? bk->K : 0);
+    *own = 0;
+    if (used + m <= ws.wsn) return ws.ws + used;
+    if (m > budget) return NULL;
+    int32_t *p = (int32_t *)malloc((size_t)m * sizeof(int32_t));
+    if (!p) return NULL;
+    hint_hugepages(p, (size_t)m * sizeof(int32_t), 0);
+    *own = 1;
+    return p;
+}
+
+/* bg[2c] = B[c] (bucket pointers), bg[2c+1] = -1 (no group seen yet). */
+static void interleave(int32_t *restrict bg, const int32_t *restrict B, int32_t K) {
+    for (int32_t c = 0; c < K; c++) {
+        bg[2 * (size_t)c] = B[c];
+        bg[2 * (size_t)c + 1] = -1;
+    }
 }
 
 /* B[c] = first slot of bucket c (ends == 0) or one past its last slot (ends == 1). */
@@ -402,6 +462,99 @@ static void helper_stop(helper *h, pthread_t th) {
 
 /* ---- induction passes --------------------------------------------------------------------- */
 
+/* Bucket pointer and group count of symbol c: B and G are separate arrays (bs = 1) or
+   interleaved in one (bs = 2, G = B + 1). */
+#define BK(c) B[(size_t)(c) * (size_t)bs]
+#define GK(c) G[(size_t)(c) * (size_t)bs]
+
+/* Place what entry v (at slot i, scanned in `pass`) induces: its predecessor q (or -1) whose
+   symbol and type bit are `info` (pred_info). Returns the group count d (naming passes). SA
+   stores are relaxed atomics while a helper thread reads SA (`helped`). */
+SA_INLINE int32_t induce_put(int32_t *restrict SA, int32_t *restrict B, int32_t *restrict G, int bs, int pass,
+                             int helped, int32_t i, int32_t v, int32_t q, uint32_t info, int32_t d) {
+    const uint32_t c = info >> 1, tb = info & 1;
+#define PUT(j, x) (helped ? A_STORE(&SA[j], (x)) : (void)(SA[j] = (x)))
+    switch (pass) {
+    case PASS_L1: /* v > 0: induce v-1 (L) and clear; v < 0: keep -v for the S pass */
+        if (q >= 0) {
+            PUT(BK(c)++, tb ? -q : q);
+            PUT(i, 0);
+        } else {
+            PUT(i, -v);
+        }
+        break;
+    case PASS_S1: /* v > 0: induce v-1 (S) and clear; an LMS suffix is stored negated */
+        if (q >= 0) {
+            PUT(--BK(c), tb ? -q : q);
+            PUT(i, 0);
+        }
+        break;
+    case PASS_L1M: /* as PASS_L1; a slot's mark (a new group starts here) counts into d */
+        d += (int32_t)((uint32_t)v >> 30) & 1;
+        if (v < 0) {
+            PUT(i, v & INT32_MAX);
+        } else if (q >= 0) {
+            int32_t e = q | (GK(c) != d ? MARK : 0); /* left to right: marks the first */
+            PUT(BK(c)++, tb ? e | INT32_MIN : e);
+            GK(c) = d;
+            PUT(i, v & MARK);
+        }
+        break;
+    case PASS_S1M: /* as PASS_S1, right to left: an entry is marked when placed and the
+                      mark of its right neighbour (placed just before, same bucket) is
+                      cleared if the two came from one group */
+        if (q >= 0) {
+            int32_t j = --BK(c);
+            if (GK(c) == d) PUT(j + 1, SA[j + 1] & ~MARK); /* (GK(c) == -1: none yet) */
+            GK(c) = d;
+            PUT(j, tb ? (q | MARK) | INT32_MIN : q | MARK);
+            PUT(i, SA[i] & MARK); /* (re-read: j + 1 may be i) */
+        }
+        d += (int32_t)((uint32_t)SA[i] >> 30) & 1; /* a mark here: i-1 is another group */
+        break;
+    case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
+        if (q >= 0) PUT(BK(c)++, tb ? ~q : q);
+        break;
+    default: /* PASS_S3: v < 0: make it final and induce its predecessor (S) */
+        if (q >= 0) {
+            PUT(i, ~v);
+            PUT(--BK(c), tb ? ~q : q);
+        }
+        break;
+    }
+#undef PUT
+    return d;
+}
+
+/* Scan positions [kb, ke) of a pass with no cached symbols: the tight loop. Symbols are fetched
+   2*PF entries ahead; with a large alphabet the bucket entries PF ahead too (from the symbol
+   fetched earlier), but never the slot written (that would load B[c] early and stall). */
+SA_INLINE int32_t induce_run(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
+                             int32_t *restrict B, int32_t *restrict G, int bs, int pass, int big, int helped,
+                             int32_t kb, int32_t ke, int32_t d) {
+    const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M;
+    const int32_t step = left ? 1 : -1;
+    const char *Tb = (const char *)T;
+    int32_t i = left ? kb : n - 1 - kb, k = kb;
+    for (; k < ke - 2 * PF; k++, i += step) {
+        int32_t qf = pred_of(SA[i + 2 * PF * step], pass);
+        SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+        if (big) {
+            int32_t qb = pred_of(SA[i + PF * step], pass);
+            uint32_t cb = sym(T, w, qb > 0 ? qb : 0);
+            SA_PREFETCH_W(&B[(size_t)cb * (size_t)bs]);
+            if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_W(&G[(size_t)cb * (size_t)bs]);
+        }
+        int32_t v = SA[i], q = pred_of(v, pass);
+        d = induce_put(SA, B, G, bs, pass, helped, i, v, q, q >= 0 ? pred_info(T, w, q, pass) : 0, d);
+    }
+    for (; k < ke; k++, i += step) {
+        int32_t v = SA[i], q = pred_of(v, pass);
+        d = induce_put(SA, B, G, bs, pass, helped, i, v, q, q >= 0 ? pred_info(T, w, q, pass) : 0, d);
+    }
+    return d;
+}
+
 /* One induction pass over SA, left to right for L passes, right to left for S passes.
    The scan visits suffixes in sorted order, so the symbols it reads are at random text
    positions: prefetch them PF entries ahead. With a large alphabet (the reduced problems) the
@@ -411,7 +564,7 @@ static void helper_stop(helper *h, pthread_t th) {
    bucket, the group count d of the source of the entry last induced into it (-1: none).
    With a helper thread (see above) blocks it has cached take their symbols from the cache. */
 SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
-                      int32_t *restrict B, int32_t *restrict G, int32_t K, int pass, par_cfg par,
+                      int32_t *restrict B, int32_t *restrict G, int bs, int32_t K, int pass, par_cfg par,
                       ig_sais_progress_fn done, void *done_ctx, int32_t done_every) {
     const int left = pass == PASS_L1 || pass == PASS_L3 || pass == PASS_L1M, big = K > BIG_K;
     const int32_t step = left ? 1 : -1;
@@ -422,10 +575,10 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
         uint32_t c = sym(T, w, q);
         int pred_s = sym(T, w, q - 1) < c;
         if (pass == PASS_L1M) {
-            SA[B[c]++] = q | MARK | (pred_s ? INT32_MIN : 0); /* the sentinel's group is d = 0 */
-            G[c] = 0;
+            SA[BK(c)++] = q | MARK | (pred_s ? INT32_MIN : 0); /* the sentinel's group is d = 0 */
+            GK(c) = 0;
         } else {
-            SA[B[c]++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
+            SA[BK(c)++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
         }
     }
     helper h;
@@ -455,6 +608,19 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
                 }
             }
         }
+        if (!cache) { /* the tight loop, cut where progress is reported */
+            for (int32_t k = k0; k < k1;) {
+                if (pass == PASS_S3 && done && k == next_done) { /* SA[n-k .. n) is final */
+                    done(done_ctx, (int64_t)n - k, last_done);
+                    last_done = (int64_t)n - k;
+                    next_done = next_done > n - done_every ? n : next_done + done_every;
+                }
+                int32_t ke = pass == PASS_S3 && done && next_done < k1 ? next_done : k1;
+                d = induce_run(T, w, SA, n, B, G, bs, pass, big, helped, k, ke, d);
+                k = ke;
+            }
+            continue;
+        }
         for (int32_t k = k0, i = left ? k0 : n - 1 - k0; k < k1; k++, i += step) {
             if (pass == PASS_S3 && done && k == next_done) { /* SA[i+1 .. n) is final */
                 done(done_ctx, (int64_t)i + 1, last_done);
@@ -468,14 +634,14 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
                         int32_t qf = pred_of(vf, pass);
                         SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
                     } else if (big) {
-                        SA_PREFETCH_W(SA + B[(uint32_t)cache[k + PF] >> 1]);
+                        SA_PREFETCH_W(SA + BK((uint32_t)cache[k + PF] >> 1));
                     }
                 }
                 if (big && k < k1 - 2 * PF) {
                     uint32_t c2 = (uint32_t)cache[k + 2 * PF] >> 1;
                     if (c2 < (uint32_t)K) {
-                        SA_PREFETCH_R(B + c2);
-                        if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+                        SA_PREFETCH_R(&BK(c2));
+                        if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(&GK(c2));
                     }
                 }
             } else if (!big) {
@@ -484,6 +650,7 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
                     SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
                 }
             } else {
+#if BIG_PIPE == 3
                 if (k < n - 3 * PF) {
                     int32_t qf = pred_of(SA[i + 3 * PF * step], pass);
                     SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
@@ -491,71 +658,32 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
                 if (k < n - 2 * PF) {
                     int32_t qf = pred_of(SA[i + 2 * PF * step], pass);
                     uint32_t c2 = sym(T, w, qf > 0 ? qf : 0);
-                    SA_PREFETCH_R(B + c2);
-                    if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(G + c2);
+                    SA_PREFETCH_R(&BK(c2));
+                    if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_R(&GK(c2));
                 }
                 if (k < n - PF) {
                     int32_t qf = pred_of(SA[i + PF * step], pass);
-                    SA_PREFETCH_W(SA + B[sym(T, w, qf > 0 ? qf : 0)]);
+                    SA_PREFETCH_W(SA + BK(sym(T, w, qf > 0 ? qf : 0)));
                 }
+#else
+                if (k < n - 2 * PF) {
+                    int32_t qf = pred_of(SA[i + 2 * PF * step], pass);
+                    SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+                }
+                if (k < n - PF) {
+                    int32_t qf = pred_of(SA[i + PF * step], pass);
+                    uint32_t c2 = sym(T, w, qf > 0 ? qf : 0);
+                    SA_PREFETCH_W(&BK(c2));
+                    if (pass == PASS_L1M || pass == PASS_S1M) SA_PREFETCH_W(&GK(c2));
+                }
+#endif
             }
             int32_t v = SA[i], q = pred_of(v, pass); /* (only this thread writes SA) */
-            uint32_t info = 0, c, tb;
+            uint32_t info = 0;
             if (q >= 0)
                 info = cache && (uint32_t)(cache[k] >> 32) == (uint32_t)v ? (uint32_t)cache[k]
                                                                            : pred_info(T, w, q, pass);
-            c = info >> 1;
-            tb = info & 1;
-#define PUT(j, x) (helped ? A_STORE(&SA[j], (x)) : (void)(SA[j] = (x)))
-            switch (pass) {
-            case PASS_L1: /* v > 0: induce v-1 (L) and clear; v < 0: keep -v for the S pass */
-                if (q >= 0) {
-                    PUT(B[c]++, tb ? -q : q);
-                    PUT(i, 0);
-                } else {
-                    PUT(i, -v);
-                }
-                break;
-            case PASS_S1: /* v > 0: induce v-1 (S) and clear; an LMS suffix is stored negated */
-                if (q >= 0) {
-                    PUT(--B[c], tb ? -q : q);
-                    PUT(i, 0);
-                }
-                break;
-            case PASS_L1M: /* as PASS_L1; a slot's mark (a new group starts here) counts into d */
-                d += (int32_t)((uint32_t)v >> 30) & 1;
-                if (v < 0) {
-                    PUT(i, v & INT32_MAX);
-                } else if (q >= 0) {
-                    int32_t e = q | (G[c] != d ? MARK : 0); /* left to right: marks the first */
-                    PUT(B[c]++, tb ? e | INT32_MIN : e);
-                    G[c] = d;
-                    PUT(i, v & MARK);
-                }
-                break;
-            case PASS_S1M: /* as PASS_S1, right to left: an entry is marked when placed and the
-                              mark of its right neighbour (placed just before, same bucket) is
-                              cleared if the two came from one group */
-                if (q >= 0) {
-                    int32_t j = --B[c];
-                    if (G[c] == d) PUT(j + 1, SA[j + 1] & ~MARK); /* (G[c] == -1: none yet) */
-                    G[c] = d;
-                    PUT(j, tb ? (q | MARK) | INT32_MIN : q | MARK);
-                    PUT(i, SA[i] & MARK); /* (re-read: j + 1 may be i) */
-                }
-                d += (int32_t)((uint32_t)SA[i] >> 30) & 1; /* a mark here: i-1 is another group */
-                break;
-            case PASS_L3: /* v > 0: induce v-1 (L); ~q marks a predecessor left for the S pass */
-                if (q >= 0) PUT(B[c]++, tb ? ~q : q);
-                break;
-            default: /* PASS_S3: v < 0: make it final and induce its predecessor (S) */
-                if (q >= 0) {
-                    PUT(i, ~v);
-                    PUT(--B[c], tb ? ~q : q);
-                }
-                break;
-            }
-#undef PUT
+            d = induce_put(SA, B, G, bs, pass, helped, i, v, q, info, d);
         }
     }
     if (helped) helper_stop(&h, th);
@@ -668,6 +796,8 @@ SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, wo
 /* Suffix array of T[0..n) (n >= 2, symbols < K), using ws for bucket memory. */
 SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K, workspace ws) {
     buckets bk;
+    sa_clock t = {0, 0};
+    if (ws.tm.on) t = sa_now();
     int rc = buckets_init(&bk, T, w, n, K, ws);
     if (rc) return rc;
     const int marked = bk.A && (int64_t)n < MARK_LIMIT && ws.plain != 2;
@@ -676,6 +806,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
     bucket_bounds(T, w, n, &bk, 1);
     memset(SA, 0, (size_t)n * sizeof(int32_t));
     int32_t n1 = lms_scan(T, w, n, LMS_SEED, SA, bk.B, K, 0);
+    sa_step(&ws.tm, &t, "count, seed LMS", n, K);
     if (n1 > 0) {
         int32_t K1;
         if (marked) {
@@ -686,18 +817,29 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
                 if (bk.B[c] != end) SA[bk.B[c]] |= MARK;
                 bk.A[c] = -1;
             }
+            /* a large alphabet: each induced entry reads and writes B[c] and A[c] at random;
+               side by side in one array they share a cache line (one miss, not two) */
+            int own_bg = 0;
+            int32_t *bg = K > BIG_K ? scratch_after(&bk, ws, 2 * (int64_t)K, &own_bg) : NULL;
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_L1M, ws.par, NULL, NULL, 0);
+            if (bg) interleave(bg, bk.B, K);
+            induce(T, w, SA, n, bg ? bg : bk.B, bg ? bg + 1 : bk.A, bg ? 2 : 1, K, PASS_L1M, ws.par, NULL, NULL, 0);
+            sa_step(&ws.tm, &t, "stage 1 L pass", n, K);
             bucket_bounds(T, w, n, &bk, 1);
             for (int32_t c = 0; c < K; c++) bk.A[c] = -1;
-            induce(T, w, SA, n, bk.B, bk.A, K, PASS_S1M, ws.par, NULL, NULL, 0);
+            if (bg) interleave(bg, bk.B, K);
+            induce(T, w, SA, n, bg ? bg : bk.B, bg ? bg + 1 : bk.A, bg ? 2 : 1, K, PASS_S1M, ws.par, NULL, NULL, 0);
+            if (own_bg) free(bg);
+            sa_step(&ws.tm, &t, "stage 1 S pass", n, K);
             compact_marked(SA, n);
             K1 = name_marked(SA, n, n1, ws.par);
+            sa_step(&ws.tm, &t, "compact, name (marks)", n1, K1);
         } else {
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_L1, ws.par, NULL, NULL, 0);
+            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L1, ws.par, NULL, NULL, 0);
             bucket_bounds(T, w, n, &bk, 1);
-            induce(T, w, SA, n, bk.B, NULL, K, PASS_S1, ws.par, NULL, NULL, 0);
+            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S1, ws.par, NULL, NULL, 0);
+            sa_step(&ws.tm, &t, "stage 1 L+S passes", n, K);
             int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
             for (int32_t i = 0; i < n; i++) {
                 int32_t v = SA[i];
@@ -705,6 +847,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
                 j += v < 0;
             }
             K1 = name_lms(T, w, SA, n, n1);
+            sa_step(&ws.tm, &t, "compact, name (compare)", n1, K1);
         }
 
         /* Stage 2: recurse when names repeat, else SA[0..n1) is already sorted. */
@@ -718,8 +861,11 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             }
             /* keep peak memory to one level: large bucket arrays go, small ones stay */
             if ((bk.own_B | bk.own_C | bk.own_A) && K > BIG_K) buckets_free(&bk);
-            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain, ws.par, NULL, NULL, 0};
+            workspace sub = {SA + n1, (int64_t)n - 2 * (int64_t)n1, ws.budget, ws.plain, ws.par, NULL, NULL, 0,
+                             {ws.tm.on, ws.tm.level + 1}};
+            sa_step(&ws.tm, &t, "gather reduced string", n1, K1);
             rc = sais_w4((const uint32_t *)s1, SA, n1, K1, sub);
+            if (ws.tm.on) t = sa_now();
             if (rc) {
                 buckets_free(&bk);
                 return rc;
@@ -729,6 +875,7 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             lms_scan(T, w, n, LMS_LIST, SA, bk.A, K, n1);
             halves h = {SA, s1, n, n1, 0, 0};
             (void)par_halves(n1, ws.par, unmap_range, &h);
+            sa_step(&ws.tm, &t, "list LMS, unmap", n1, K1);
         } else if (bk.A) {
             lms_scan(T, w, n, LMS_COUNT, SA, bk.A, K, n1);
         }
@@ -757,10 +904,13 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             SA[--bk.B[sym(T, w, p)]] = p;
         }
     }
+    sa_step(&ws.tm, &t, "stage 3 placement", n1, K);
     bucket_bounds(T, w, n, &bk, 0);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_L3, ws.par, NULL, NULL, 0);
+    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L3, ws.par, NULL, NULL, 0);
+    sa_step(&ws.tm, &t, "stage 3 L pass", n, K);
     bucket_bounds(T, w, n, &bk, 1);
-    induce(T, w, SA, n, bk.B, NULL, K, PASS_S3, ws.par, ws.done, ws.done_ctx, ws.done_every);
+    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S3, ws.par, ws.done, ws.done_ctx, ws.done_every);
+    sa_step(&ws.tm, &t, "stage 3 S pass", n, K);
     buckets_free(&bk);
     return 0;
 }
@@ -771,7 +921,9 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
    whatever the load. */
 static workspace top_workspace(int32_t n, int mode, ig_sais_progress_fn done, void *done_ctx) {
     workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : 0,
-                    {0, (int32_t)1 << 20, (int32_t)1 << 13}, done, done_ctx, (int32_t)1 << 22};
+                    {0, (int32_t)1 << 20, (int32_t)1 << 13}, done, done_ctx, (int32_t)1 << 22, {0, 0}};
+    const char *timing = getenv("INFINIGRAM_BUILD_TIMING");
+    ws.tm.on = timing && *timing;
     const char *env = getenv("INFINIGRAM_SAIS_THREADS");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     double load = 0;

@@ -5,7 +5,10 @@
  *
  * 1. n_tokens u16 tokens drawn i.i.d. from a Zipf(1.0) law over 32000 symbols (ids shuffled so
  *    frequent tokens are spread over the id range, as with a real tokenizer vocabulary);
- * 2. each file given: its bytes as u8 symbols, and its byte pairs as native-endian u16 tokens.
+ * 2. each file given: its bytes as u8 symbols, and its byte pairs as native-endian u16 tokens;
+ *    a .npy file of u16 tokens (eval/corpora.py's format) instead: those tokens as u16, and as
+ *    u32 tokens of a 4x larger vocabulary (id -> 4*id + 3, e.g. 128k ids for a 32k tokenizer:
+ *    the u32 path of a vocabulary above 65,535). SAIS_BENCH_ONLY=u16 / =u32 runs one of them.
  * Prints wall-clock and CPU seconds and tokens/s (CPU time is the fairer figure on a shared,
  * busy machine); set SAIS_BENCH_CHECK=1 to also verify each result.
  */
@@ -43,8 +46,8 @@ static int check_sa(const void *T, int w, int64_t n, const int32_t *SA) {
     if (ok) rank[n] = -1;
     for (int64_t i = 0; i + 1 < n && ok; i++) {
         int64_t a = SA[i], b = SA[i + 1];
-        uint32_t x = w == 1 ? ((const uint8_t *)T)[a] : ((const uint16_t *)T)[a];
-        uint32_t y = w == 1 ? ((const uint8_t *)T)[b] : ((const uint16_t *)T)[b];
+        uint32_t x = w == 1 ? ((const uint8_t *)T)[a] : w == 2 ? ((const uint16_t *)T)[a] : ((const uint32_t *)T)[a];
+        uint32_t y = w == 1 ? ((const uint8_t *)T)[b] : w == 2 ? ((const uint16_t *)T)[b] : ((const uint32_t *)T)[b];
         if (x > y || (x == y && rank[a + 1] >= rank[b + 1])) ok = 0;
     }
     free(rank);
@@ -58,7 +61,7 @@ static void bench(const char *what, const void *T, int w, int64_t n, uint32_t K)
         exit(1);
     }
     double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
-    int rc = w == 1 ? ig_sais_u8(T, SA, n, K) : ig_sais_u16(T, SA, n, K);
+    int rc = w == 1 ? ig_sais_u8(T, SA, n, K) : w == 2 ? ig_sais_u16(T, SA, n, K) : ig_sais_u32(T, SA, n, K);
     double dt = now(CLOCK_MONOTONIC) - t0, dc = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
     printf("%-28s n=%10lld rc=%d  wall %6.2f s %6.2f M tok/s  cpu %6.2f s %6.2f M tok/s", what,
            (long long)n, rc, dt, (double)n / dt / 1e6, dc, (double)n / dc / 1e6);
@@ -67,6 +70,31 @@ static void bench(const char *what, const void *T, int w, int64_t n, uint32_t K)
     printf("\n");
     fflush(stdout);
     free(SA);
+}
+
+/* A .npy file of little-endian u16 tokens (version 1 header): u16, then widened to u32. */
+static void bench_npy(const char *base, const uint8_t *buf, size_t got) {
+    if (got < 10 || memcmp(buf, "\x93NUMPY", 6) || !strstr((const char *)buf + 10, "'<u2'")) {
+        fprintf(stderr, "%s: not a .npy file of <u2 tokens\n", base);
+        return;
+    }
+    size_t hdr = 10 + (size_t)(buf[8] | buf[9] << 8), n = (got - hdr) / 2;
+    const char *only = getenv("SAIS_BENCH_ONLY");
+    uint16_t *t16 = malloc((n ? n : 1) * sizeof(uint16_t));
+    memcpy(t16, buf + hdr, n * 2);
+    char label[64];
+    if (!only || !strcmp(only, "u16")) {
+        snprintf(label, sizeof label, "u16 %.20s", base);
+        bench(label, t16, 2, (int64_t)n, 65536);
+    }
+    if (!only || !strcmp(only, "u32")) {
+        uint32_t *t32 = malloc((n ? n : 1) * sizeof(uint32_t));
+        for (size_t i = 0; i < n; i++) t32[i] = 4u * t16[i] + 3u;
+        snprintf(label, sizeof label, "u32 (4*id+3) %.14s", base);
+        bench(label, t32, 4, (int64_t)n, 4u * 65536u);
+        free(t32);
+    }
+    free(t16);
 }
 
 int main(int argc, char **argv) {
@@ -121,6 +149,12 @@ int main(int argc, char **argv) {
         fclose(f);
         char label[64];
         const char *base = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+        size_t blen = strlen(base);
+        if (blen > 4 && !strcmp(base + blen - 4, ".npy")) {
+            bench_npy(base, buf, got);
+            free(buf);
+            continue;
+        }
         snprintf(label, sizeof label, "bytes u8 of %.14s", base);
         bench(label, buf, 1, (int64_t)got, 256);
         uint16_t *t16 = malloc((got / 2 ? got / 2 : 1) * sizeof(uint16_t));
