@@ -7,6 +7,9 @@ cnt(index) - cnt(removed), the ∞-gram backs off to the longest suffix with a p
 next-token distributions and the sparse flag are those of the net counts. The work is in C
 (native/src/diff.c), one call per query, as for a plain index.
 
+Drafting takes a difference too: `InfiniGramDrafter` calls the C draft rules on net counts
+(``ig_diff_draft_*``, decoding states from `init_state`). `InfiniGramLM` does not (ValueError).
+
 The removed index must hold a subset of the documents (same tokenizer). That cannot be proved
 cheaply: opening checks the tokenizer, the sizes and every token's unigram count; ``verify=True``
 also checks that sampled removed documents occur in the index; and any query that meets a
