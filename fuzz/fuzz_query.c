@@ -644,6 +644,37 @@ static void op_diff(const fixture *f, fz_in *in) {
     rc = ig_diff_score(P, M, q, len, num, den, slen, NULL, NULL, err, sizeof err);
     if (!rev && valid) FZ_CHECK(rc == IG_OK, "diff_score: %s", err);
     if (fz_u8(in) > 250) ig_diff_check(P, M, err, sizeof err);
+    /* drafts over the difference, from the state of q, sometimes forged */
+    int64_t size = ig_diff_state_size(P, M);
+    int64_t *st = calloc((size_t)size, sizeof *st), *child = malloc((size_t)(7 * size) * sizeof *child);
+    if (!st || !child) {
+        free(st);
+        free(child);
+        return;
+    }
+    rc = ig_diff_state_init(P, M, q, len, st, err, sizeof err);
+    if (!rev && valid) FZ_CHECK(rc == IG_OK, "diff_state_init: %s", err);
+    if (fz_u8(in) > 220) st[fz_u8(in) % size] += (int64_t)(int8_t)fz_u8(in);
+    uint32_t dt[16];
+    uint64_t dc[16], dtot[16];
+    int64_t nd = 0, k = fz_u8(in) % 7;
+    ig_diff_draft_chain(P, M, st, fz_u8(in) % 17, fz_u8(in) % 4, fz_double(in), fz_double(in),
+                        (int64_t)(int8_t)fz_u8(in), dt, dc, dtot, &nd, err, sizeof err);
+    FZ_CHECK(nd >= 0 && nd <= 16, "diff_draft_chain n_out");
+    ig_diff_draft_children(P, M, st, k, dt, dc, fz_u8(in) & 1 ? child : NULL, &total, &nd, err, sizeof err);
+    int64_t tt[8], tp[8];
+    double pr[8];
+    ig_diff_draft_tree(P, M, st, fz_u8(in) % 9, fz_u8(in) % 5, fz_u8(in) % 4, fz_double(in), (int64_t)(int8_t)fz_u8(in),
+                       tt, tp, pr, &nd, err, sizeof err);
+    int64_t seq[MAXQ], dout[16], match, n_new = fz_len(in, 4);
+    int src;
+    for (int64_t i = 0; i < n; i++) seq[i] = fz_u8(in) > 240 ? (int64_t)fz_u32(in) : (int64_t)q[i];
+    ig_draft_params prm = {fz_u8(in) % 17, fz_u8(in) % 4, fz_u8(in) / 32.0, fz_u8(in) % 3, fz_double(in), fz_double(in),
+                           fz_u8(in) % 4, fz_u8(in) % 9, fz_u8(in) % 6, (int64_t)(int8_t)fz_u8(in), -1, -1};
+    ig_diff_draft_step(P, M, st, seq, n, n_new, &prm, fz_u8(in) % 17, dout, dc, dtot, &nd, &match, &src, err, sizeof err);
+    FZ_CHECK(nd >= 0 && nd <= 16, "diff_draft_step n_out");
+    free(st);
+    free(child);
 }
 
 /* ------------------------------------------------------------------ the LM */

@@ -7,6 +7,9 @@ cnt(index) - cnt(removed), the ∞-gram backs off to the longest suffix with a p
 next-token distributions and the sparse flag are those of the net counts. The work is in C
 (native/src/diff.c), one call per query, as for a plain index.
 
+Drafting takes a difference too: `InfiniGramDrafter` calls the C draft rules on net counts
+(``ig_diff_draft_*``, decoding states from `init_state`). `InfiniGramLM` does not (ValueError).
+
 The removed index must hold a subset of the documents (same tokenizer). That cannot be proved
 cheaply: opening checks the tokenizer, the sizes and every token's unigram count; ``verify=True``
 also checks that sampled removed documents occur in the index; and any query that meets a
@@ -20,7 +23,8 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -29,6 +33,7 @@ from .._core.ids import EMPTY_IDS, as_ids, as_token
 from .._core.interrupt import call_interruptibly
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .batch import as_batch
+from .states import DecodingState
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution,
                       ProbResult, ScoreResult)
 
@@ -148,11 +153,33 @@ class DifferenceIndex:
         """Pickled as its two indexes (each by path); the copy owns the indexes it reopens."""
         return _reopen_difference, (self.index, self.removed)
 
+    @contextmanager
+    def native_handles(self) -> Iterator[tuple]:
+        """``with diff.native_handles() as (plus, minus):`` the two C ``ig_index *`` of the
+        difference, for one call into the core's ``ig_diff_*`` functions."""
+        with self.index.native_handle() as p, self.removed.native_handle() as m:
+            yield p, m
+
     def _call(self, fn: Any, *args: Any) -> None:
         err = err_buffer()
-        with self.index.native_handle() as p, self.removed.native_handle() as m:
+        with self.native_handles() as (p, m):
             rc = fn(p, m, *args, err, len(err))
         check(rc, err)
+
+    @property
+    def state_size(self) -> int:
+        """int64 values per decoding state of the difference: [suffix_len, net count, the
+        index's ranges, the removed index's ranges] (`ig_diff_state_init`)."""
+        with self.native_handles() as (p, m):
+            return int(lib.ig_diff_state_size(p, m))
+
+    def init_state(self, context: Any) -> DecodingState:
+        """The decoding state of a context: its longest suffix with a positive net count (what
+        the drafter starts from)."""
+        q = as_ids(context, "context")
+        out = np.zeros(self.state_size, dtype=np.int64)
+        self._call(lib.ig_diff_state_init, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"))
+        return DecodingState(out)
 
     def count(self, ids: Any) -> int:
         """Net occurrences of the n-gram."""
@@ -269,8 +296,8 @@ class DifferenceIndex:
                                             cat("suffix_len", np.int64), cat("sparse", bool), offsets=offs)
 
     def suffix_cache(self, **_: Any) -> "_DifferenceCache":
-        """What decoding loops ask an index for (`SuffixCache`'s ntd / ntd_batch / prob), here
-        answered query by query on net counts (no cached states)."""
+        """What decoding loops ask an index for (`SuffixCache`'s ntd / ntd_batch / prob / state),
+        here answered query by query on net counts (no cached states)."""
         return _DifferenceCache(self)
 
     @staticmethod
@@ -293,6 +320,10 @@ class _DifferenceCache:
 
     def prob(self, context: Any, token: int) -> ProbResult:
         return self.index.infgram_prob(context, token)
+
+    def state(self, context: Any) -> DecodingState:
+        """The decoding state of a context on net counts (computed per call: no cache)."""
+        return self.index.init_state(context)
 
 
 def _reopen_difference(index: Any, removed: Any) -> DifferenceIndex:

@@ -36,6 +36,7 @@ import numpy as np
 from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from .._core.ids import as_i64_ids
 from .._core.native import check, err_buffer, ffi, lib, ptr
+from ..index.difference import DifferenceIndex
 from ..index.infinigram_index import as_index
 from .drafter_remote import RemoteDraftCalls
 from .context import context_start
@@ -224,6 +225,15 @@ class InfiniGramDrafter:
             b = self._tls.b = _Scratch(max(self.max_draft, 1), self._param_values)
         return b
 
+    def _c(self, name: str, *args: Any) -> int:
+        """``lib.ig_<name>(index, *args)``, or over a DifferenceIndex ``lib.ig_diff_<name>(index,
+        removed, *args)``: the same draft rules in C, on net counts."""
+        if isinstance(self.index, DifferenceIndex):
+            with self.index.native_handles() as (plus, minus):
+                return getattr(lib, "ig_diff_" + name)(plus, minus, *args)
+        with self.index.native_handle() as ix:
+            return getattr(lib, "ig_" + name)(ix, *args)
+
     # ------------------------------------------------------------ pieces
 
     def _ctor_options(self) -> dict:
@@ -264,12 +274,9 @@ class InfiniGramDrafter:
         st = np.ascontiguousarray(state, dtype=np.int64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        with self.index.native_handle() as ix:
-            rc = lib.ig_draft_chain(ix, ptr(st, "int64_t"), max_tokens, self.min_count,
-                                    self.min_share, self.min_joint, eos,
-                                    ptr(b.tok, "uint32_t"),
-                                    ptr(b.cnt, "uint64_t"),
-                                    ptr(b.tot, "uint64_t"), b.n, b.err, len(b.err))
+        rc = self._c("draft_chain", ptr(st, "int64_t"), max_tokens, self.min_count, self.min_share, self.min_joint,
+                     eos, ptr(b.tok, "uint32_t"), ptr(b.cnt, "uint64_t"), ptr(b.tot, "uint64_t"), b.n, b.err,
+                     len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return Draft(b.tok[:n].astype(np.int64), "infgram", int(state[0]), b.cnt[:n].copy(), b.tot[:n].copy())
@@ -337,12 +344,9 @@ class InfiniGramDrafter:
         st = ptr(state, "int64_t") if state is not None else ffi.NULL
         b = self._scratch()
         b.params.infgram_cap, b.params.lookup_cap = caps
-        with (self.index.native_handle() if self._use_inf else _nullcontext()) as ix:
-            rc = lib.ig_draft_step(ix, st, ptr(seq, "int64_t"), len(seq), n_new, b.params,
-                                   limit, ptr(b.out, "int64_t"),
-                                   ptr(b.cnt, "uint64_t"),
-                                   ptr(b.tot, "uint64_t"), b.n, b.match, b.src, b.err,
-                                   len(b.err))
+        args = (st, ptr(seq, "int64_t"), len(seq), n_new, b.params, limit, ptr(b.out, "int64_t"),
+                ptr(b.cnt, "uint64_t"), ptr(b.tot, "uint64_t"), b.n, b.match, b.src, b.err, len(b.err))
+        rc = self._c("draft_step", *args) if self._use_inf else lib.ig_draft_step(ffi.NULL, *args)
         check(rc, b.err)
         return int(b.n[0]), b.out, b.cnt, b.tot, int(b.match[0]), int(b.src[0])
 
@@ -469,11 +473,8 @@ class InfiniGramDrafter:
         child = np.zeros((max(k, 1), self.index.state_size), dtype=np.int64)
         total = ffi.new("uint64_t *")
         b = self._scratch()
-        with self.index.native_handle() as ix:
-            rc = lib.ig_draft_children(ix, ptr(st, "int64_t"), k,
-                                       ptr(toks, "uint32_t"),
-                                       ptr(cnts, "uint64_t"),
-                                       ptr(child, "int64_t"), total, b.n, b.err, len(b.err))
+        rc = self._c("draft_children", ptr(st, "int64_t"), k, ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
+                     ptr(child, "int64_t"), total, b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
@@ -513,11 +514,8 @@ class InfiniGramDrafter:
         probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        with self.index.native_handle() as ix:
-            rc = lib.ig_draft_tree(ix, ptr(st, "int64_t"), max_nodes, max_depth, width, min_prob,
-                                   eos, ptr(toks, "int64_t"),
-                                   ptr(par, "int64_t"),
-                                   ptr(probs, "double"), b.n, b.err, len(b.err))
+        rc = self._c("draft_tree", ptr(st, "int64_t"), max_nodes, max_depth, width, min_prob, eos,
+                     ptr(toks, "int64_t"), ptr(par, "int64_t"), ptr(probs, "double"), b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         depth = np.zeros(n, dtype=np.int64)
@@ -563,14 +561,6 @@ class DraftRow:
     @property
     def ids(self) -> np.ndarray:
         return self.buf[:self.n]
-
-
-class _nullcontext:
-    def __enter__(self) -> Any:
-        return ffi.NULL
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 __all__ = ["Draft", "DraftRow", "DraftTree", "InfiniGramDrafter"]

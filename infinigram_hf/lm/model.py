@@ -35,7 +35,7 @@ from .._core import tokenization as tk
 from .._core.args import INT32_MAX, UNSET, float_arg, int_arg, opt_int_arg
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from .._core.ids import as_ids
-from ..index import InfiniGramIndex, is_index
+from ..index import DifferenceIndex, InfiniGramIndex, is_index
 from ..index.results import TokenProbs
 from .generation import sample_continuation
 from .smoothing import SmoothingParams
@@ -88,6 +88,17 @@ def _check_method_options(method: str, **opts: Any) -> None:
                          f"{applies[stray[0]]} only, not {method!r}")
 
 
+# The LM's statistics (lm.c: per-level ranges of one index, Kneser-Ney continuation counts read
+# from the left neighbours of occurrences, count-of-counts over the whole index) are not computed
+# on net counts yet, so a difference is refused rather than answered from the full index.
+DIFFERENCE_NOT_SUPPORTED = (
+    "InfiniGramLM does not take a DifferenceIndex (index.difference(removed)) yet: its back-off and "
+    "Kneser-Ney statistics are computed on a single index. With a difference use its own queries "
+    "(count, infgram_prob, infgram_ntd, score), InfiniGramLogitsProcessor, perplexity(), "
+    "InfiniGramDrafter or speculative_generate; for the standalone LM, build an index without the "
+    "removed documents (build_index).")
+
+
 class InfiniGramLM:
     """The ∞-gram LM over an index (see the module docstring for the methods).
 
@@ -116,6 +127,8 @@ class InfiniGramLM:
         self._method_opts = {n: v for n, v in (("k", k), ("decay", decay), ("order", order),
                                                 ("smoothing", smoothing)) if v is not UNSET}
         cache_entries = int_arg("cache_entries", cache_entries, 0, MAX_CACHE_ENTRIES)
+        if isinstance(index, DifferenceIndex):
+            raise ValueError(DIFFERENCE_NOT_SUPPORTED)
         if not is_index(index):
             index = InfiniGramIndex.open(index)
         self.index = index

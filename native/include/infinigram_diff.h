@@ -3,7 +3,8 @@
  * (e.g. documents to remove without re-indexing). Every count is cnt_plus - cnt_minus; the
  * ∞-gram backs off to the longest suffix whose NET count is positive; the sparse flag and the
  * next-token distributions are those of the net counts. Each of plus / minus may itself be a
- * union of several shards or index directories. (Part of infinigram.h: include that.)
+ * union of several shards or index directories. Drafts over a difference: ig_diff_draft_*
+ * (infinigram_draft.h). (Part of infinigram.h: include that.)
  *
  * The subset property cannot be checked cheaply in full: ig_diff_check compares the unigram
  * counts (O(vocab)), and any query that meets a negative net count fails with IG_ERR_ARG

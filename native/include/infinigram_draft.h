@@ -118,6 +118,33 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
                   const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
                   int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
 
+/* ------------------------------------------------------------------ drafts over a difference */
+
+/* The same calls over an index difference, plus minus minus (infinigram_diff.h): every count is
+   the net count, the ∞-gram state is the longest suffix with a positive net count, and every
+   draft, count, total, tree and match length is the one a single-shard index of the remaining
+   documents would give (candidates sampled above IG_DRAFT_EXACT_MAX net occurrences are those
+   of that index's evenly spaced ranks). A state of a difference holds
+   ig_diff_state_size(plus, minus) values: [suffix_len, net count, plus's ranges, minus's ranges];
+   make it with ig_diff_state_init. A negative net count met on the way fails with IG_ERR_ARG
+   ("not a subset"). */
+int64_t ig_diff_state_size(const ig_index *plus, const ig_index *minus);
+int ig_diff_state_init(const ig_index *plus, const ig_index *minus, const uint32_t *ctx, int64_t len,
+                       int64_t *state, char *err, size_t errlen);
+int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, const int64_t *seq, int64_t n,
+                       int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
+                       uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err,
+                       size_t errlen);
+int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_tokens,
+                        uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
+                        uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen);
+int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t k,
+                           uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out,
+                           char *err, size_t errlen);
+int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_nodes,
+                       int64_t max_depth, int64_t width, double min_prob, int64_t eos_id, int64_t *tokens,
+                       int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,13 +8,14 @@
 
 #include "query_internal.h"
 #include "backoff.h"
+#include "diff_internal.h"
 
-static int not_subset(char *err, size_t errlen) {
+int ig_diff_not_subset(char *err, size_t errlen) {
     return ig_fail(err, errlen, IG_ERR_ARG,
                    "the subtracted index is not a subset of the index: a net count would be negative");
 }
 
-static int check_pair(const ig_index *P, const ig_index *M, char *err, size_t errlen) {
+int ig_diff_check_pair(const ig_index *P, const ig_index *M, char *err, size_t errlen) {
     if (!P || !M) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (P->token_width != M->token_width || P->vocab_size != M->vocab_size)
         return ig_fail(err, errlen, IG_ERR_ARG,
@@ -104,11 +105,11 @@ static int net_prob(const ig_index *P, const ig_index *M, const ig_range *rp, co
                     uint32_t token, ig_range *np, ig_range *nm, ig_prob *out, char *err, size_t errlen) {
     int64_t den = range_sum(P, rp) - range_sum(M, rm);
     int64_t num = net_next(P, M, rp, rm, d, token, np, nm);
-    if (den < 0 || num < 0) return not_subset(err, errlen);
+    if (den < 0 || num < 0) return ig_diff_not_subset(err, errlen);
     int neg = 0;
     ig_range *sp = np + P->n_shards, *sm = nm + M->n_shards; /* see the callers' layout */
     int sparse = den > 0 ? net_sparse(P, M, rp, rm, d, sp, sm, &neg) : 0;
-    if (neg) return not_subset(err, errlen);
+    if (neg) return ig_diff_not_subset(err, errlen);
     out->count = (uint64_t)num;
     out->prompt_count = (uint64_t)den;
     out->suffix_len = d;
@@ -116,9 +117,8 @@ static int net_prob(const ig_index *P, const ig_index *M, const ig_range *rp, co
     return IG_OK;
 }
 
-/* Longest suffix (<= max_len) of p[0..len) with a positive net count; its ranges land in bp / bm
-   (tp / tm are scratch). */
-static int64_t net_longest(const ig_index *P, const ig_index *M, const uint32_t *p, int64_t len, int64_t max_len,
+/* (diff_internal.h) */
+int64_t ig_net_longest(const ig_index *P, const ig_index *M, const uint32_t *p, int64_t len, int64_t max_len,
                            ig_range *bp, ig_range *bm, ig_range *tp, ig_range *tm, int *neg) {
     int64_t good = 0, bad = -1;
     if (net_find(P, M, p + len, 0, bp, bm) < 0) *neg = 1;
@@ -190,7 +190,7 @@ static int64_t sum_sorted_pairs(uint64_t *v, int64_t n) {
 }
 
 int ig_diff_check(const ig_index *P, const ig_index *M, char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (rc) return rc;
     if (ig_index_has_official(P) || ig_index_has_official(M))
         return ig_fail(err, errlen, IG_ERR_ARG, "%s needs our suffix order, which an official infini-gram index read in place lacks: open it with a sidecar (InfiniGramIndex.open(path, cache_dir=SIDE_DIR), or infinigram-hf prepare PATH --out SIDE_DIR), or convert it (infinigram-hf convert)", "the difference of indexes");
@@ -227,21 +227,21 @@ int ig_diff_check(const ig_index *P, const ig_index *M, char *err, size_t errlen
 
 int ig_diff_count(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t len, uint64_t *count,
                   char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (!rc) rc = ig_check_ids(P, q, len, "count", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
     int64_t c = net_find(P, M, q, len, ps.p.a, ps.m.a);
     pair_free(&ps);
-    if (c < 0) return not_subset(err, errlen);
+    if (c < 0) return ig_diff_not_subset(err, errlen);
     *count = (uint64_t)c;
     return IG_OK;
 }
 
 int ig_diff_ntd(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t len, uint32_t *tokens,
                 uint64_t *counts, int64_t cap, int64_t *n_out, uint64_t *total, char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (!rc) rc = ig_check_ids(P, q, len, "ntd", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
@@ -250,7 +250,7 @@ int ig_diff_ntd(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t
     uint32_t *mt = NULL;
     uint64_t *mc = NULL;
     int64_t np = 0, nm = 0;
-    if (cm > cp) { rc = not_subset(err, errlen); goto done; }
+    if (cm > cp) { rc = ig_diff_not_subset(err, errlen); goto done; }
     /* plus's distribution straight into the caller's buffers, then minus's subtracted in place */
     if ((rc = ig_ntd_ranges(P, ps.p.a, len, tokens, counts, cap, &np, err, errlen))) {
         *n_out = np; /* an upper bound of what the net distribution needs */
@@ -276,7 +276,7 @@ int ig_diff_ntd(const ig_index *P, const ig_index *M, const uint32_t *q, int64_t
             counts[n++] = c;
         }
     }
-    if (j < nm) { rc = not_subset(err, errlen); goto done; }
+    if (j < nm) { rc = ig_diff_not_subset(err, errlen); goto done; }
     *n_out = n;
     *total = (uint64_t)(cp - cm);
 done:
@@ -288,22 +288,22 @@ done:
 
 int ig_diff_infgram_suffix(const ig_index *P, const ig_index *M, const uint32_t *prompt, int64_t len,
                            int64_t *suffix_len, char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (!rc) rc = ig_check_ids(P, prompt, len, "infgram", err, errlen);
     if (rc) return rc;
     pair_scratch ps;
     if ((rc = pair_init(&ps, P, M, err, errlen))) return rc;
     int neg = 0;
-    *suffix_len = net_longest(P, M, prompt, len, len, ps.p.a, ps.m.a, ps.p.b, ps.m.b, &neg);
+    *suffix_len = ig_net_longest(P, M, prompt, len, len, ps.p.a, ps.m.a, ps.p.b, ps.m.b, &neg);
     pair_free(&ps);
-    return neg ? not_subset(err, errlen) : IG_OK;
+    return neg ? ig_diff_not_subset(err, errlen) : IG_OK;
 }
 
 /* The scratch layout shared by prob and score: a = context ranges, b and c = two adjacent
    blocks used as (next, sparse-scratch) by net_prob, which reads np + n_shards. */
 static int prob_common(const ig_index *P, const ig_index *M, const uint32_t *prompt, int64_t len, uint32_t token,
                        ig_prob *out, int infinite, char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (!rc) rc = ig_check_ids(P, prompt, len, infinite ? "infgram_prob prompt" : "ngram_prob prompt", err, errlen);
     if (!rc) rc = ig_check_ids(P, &token, 1, "token", err, errlen);
     if (rc) return rc;
@@ -312,11 +312,11 @@ static int prob_common(const ig_index *P, const ig_index *M, const uint32_t *pro
     int neg = 0;
     int64_t d = len;
     if (infinite) {
-        d = net_longest(P, M, prompt, len, len, ps.p.a, ps.m.a, ps.p.b, ps.m.b, &neg);
+        d = ig_net_longest(P, M, prompt, len, len, ps.p.a, ps.m.a, ps.p.b, ps.m.b, &neg);
     } else if (net_find(P, M, prompt, len, ps.p.a, ps.m.a) < 0) {
         neg = 1;
     }
-    rc = neg ? not_subset(err, errlen) : net_prob(P, M, ps.p.a, ps.m.a, d, token, ps.p.b, ps.m.b, out, err, errlen);
+    rc = neg ? ig_diff_not_subset(err, errlen) : net_prob(P, M, ps.p.a, ps.m.a, d, token, ps.p.b, ps.m.b, out, err, errlen);
     pair_free(&ps);
     return rc;
 }
@@ -333,7 +333,7 @@ int ig_diff_ngram_prob(const ig_index *P, const ig_index *M, const uint32_t *pro
 
 int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int64_t n, uint64_t *num,
                   uint64_t *den, int64_t *suffix_len, uint8_t *sparse, const int *cancel, char *err, size_t errlen) {
-    int rc = check_pair(P, M, err, errlen);
+    int rc = ig_diff_check_pair(P, M, err, errlen);
     if (!rc) rc = ig_check_ids(P, ids, n, "score", err, errlen);
     if (rc) return rc;
     /* four range blocks per index: cur, next + sparse scratch (adjacent), tmp */
@@ -370,12 +370,12 @@ int ig_diff_score(const ig_index *P, const ig_index *M, const uint32_t *ids, int
             if (l > IG_BACKOFF_SHORT)
                 k = ig_backoff_long(P, M, ids, i + 1, l, IG_BACKOFF_SHORT, curp, curm, tmpp, tmpm, &memo, &neg);
             if (k == -1 && l > IG_BACKOFF_SHORT) l = IG_BACKOFF_SHORT;
-            l = k >= 0 ? k : net_longest(P, M, ids, i + 1, l, curp, curm, tmpp, tmpm, &neg);
+            l = k >= 0 ? k : ig_net_longest(P, M, ids, i + 1, l, curp, curm, tmpp, tmpm, &neg);
         }
     }
     ig_lce_memo_free(memo);
     free(bp);
     free(bm);
-    if (!rc && neg) rc = not_subset(err, errlen);
+    if (!rc && neg) rc = ig_diff_not_subset(err, errlen);
     return rc;
 }

@@ -1,8 +1,16 @@
-/* draft.c - draft continuations for speculative decoding (see infinigram_draft.h). */
+/* draft.c - draft continuations for speculative decoding (see infinigram_draft.h).
+ *
+ * Every rule reads its corpus through a dsrc: an index, or an index minus an index of a subset
+ * of its documents (the ig_diff_draft_* calls). Over a difference the ranges of a state hold the
+ * index's shards then the removed index's, every count is the net count (infinigram_diff.h),
+ * and a draft is the one an index rebuilt without the removed documents would give; the rules
+ * themselves are written once.
+ */
 #include <math.h>
 #include <stdlib.h>
 
 #include "state_internal.h"
+#include "diff_internal.h"
 
 typedef struct {
     uint32_t tok;
@@ -33,10 +41,261 @@ static int64_t merge_equal(tc *v, int64_t n) {
     return m;
 }
 
+/* ---------------------------------------------------------------- the corpus drafted from */
+
+/* An index (M == NULL), or P minus M (ranges: P's SP shards, then M's). `fail` records what went
+   wrong on the way (IG_ERR_ARG: a negative net count, M is not a subset; IG_ERR_NOMEM): the
+   public calls turn it into their error. */
+typedef struct {
+    const ig_index *P, *M;
+    int SP, ns;
+    int fail;
+} dsrc;
+
+static dsrc src_of(const ig_index *P, const ig_index *M) {
+    int SP = P ? P->n_shards : 1;
+    return (dsrc){P, M, SP, SP + (M ? M->n_shards : 0), 0};
+}
+
+static int64_t src_state_size(const dsrc *x) { return 2 + 2 * (int64_t)x->ns; }
+
+static const ig_shard *src_shard(const dsrc *x, int i) {
+    return i < x->SP ? &x->P->shards[i] : &x->M->shards[i - x->SP];
+}
+
+/* Net occurrences over the ranges (negative: M is not a subset). */
+static int64_t src_total(const dsrc *x, const ig_range *rs) {
+    int64_t c = 0;
+    for (int i = 0; i < x->ns; i++) c += (i < x->SP ? 1 : -1) * (rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0);
+    return c;
+}
+
+/* Ranges of context + t from the context's ranges rs at depth d; the net count (0 when negative,
+   which is recorded). */
+static int64_t src_extend(dsrc *x, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
+    int64_t c = (int64_t)ig_extend_ranges(x->P, rs, d, t, next);
+    if (!x->M) return c;
+    c -= (int64_t)ig_extend_ranges(x->M, rs + x->SP, d, t, next + x->SP);
+    if (c < 0) {
+        x->fail = IG_ERR_ARG;
+        return 0;
+    }
+    return c;
+}
+
+/* The ranges of the empty context (the whole corpus). */
+static void src_full(const dsrc *x, ig_range *rs) {
+    for (int i = 0; i < x->ns; i++) rs[i] = (ig_range){0, src_shard(x, i)->num_tokens};
+}
+
+static void src_store(const dsrc *x, int64_t suffix_len, const ig_range *rs, int64_t *state) {
+    if (!x->M) {
+        ig_state_store(x->P, suffix_len, rs, state);
+        return;
+    }
+    for (int i = 0; i < x->ns; i++) {
+        state[2 + 2 * i] = rs[i].lo;
+        state[3 + 2 * i] = rs[i].hi;
+    }
+    state[0] = suffix_len;
+    state[1] = src_total(x, rs);
+}
+
+/* ig_state_begin over a dsrc: scratch of ns ranges, the state checked and loaded into sc->a. */
+static int64_t src_begin(const dsrc *x, const int64_t *state, ig_scratch *sc, char *err, size_t errlen) {
+    if (!x->M) return ig_state_begin(x->P, state, sc, err, errlen);
+    int rc = ig_scratch_init(sc, x->ns, err, errlen);
+    if (rc) return rc;
+    if (!state) {
+        ig_scratch_free(sc);
+        return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL state");
+    }
+    for (int i = 0; i < x->ns; i++) {
+        int64_t lo = state[2 + 2 * i], hi = state[3 + 2 * i];
+        if (lo < 0 || hi < lo || hi > src_shard(x, i)->num_tokens) {
+            ig_scratch_free(sc);
+            return ig_fail(err, errlen, IG_ERR_ARG, "state: range [%lld, %lld) of shard %d is not a state of this "
+                           "difference", (long long)lo, (long long)hi, i);
+        }
+        sc->a[i] = (ig_range){lo, hi};
+    }
+    int64_t c = src_total(x, sc->a);
+    if (state[0] < 0 || state[0] > IG_MAX_SHARD_TOKENS || c < 0 || c != state[1] || (c == 0 && state[0] > 0)) {
+        ig_scratch_free(sc);
+        return ig_fail(err, errlen, IG_ERR_ARG, "state: suffix_len %lld / count %lld are not a state of this difference",
+                       (long long)state[0], (long long)state[1]);
+    }
+    return state[0];
+}
+
+/* ig_state_step over a dsrc: *cur (length l, ctx[0..len-1)) becomes the state of ctx[0..len).
+   Over a difference: one narrowing while the net match grows, else the back-off of dense
+   scoring (diff.c): the long LCE back-off, then the net search of at most IG_BACKOFF_SHORT. */
+static int64_t src_step(dsrc *x, const uint32_t *ctx, int64_t len, int64_t l, ig_range **cur, ig_range **next,
+                        ig_range *tmp, ig_lce_memo **memo) {
+    if (!x->M) return ig_state_step(x->P, ctx, len, l, cur, next, tmp, memo);
+    if (src_extend(x, *cur, l, ctx[len - 1], *next) > 0) {
+        ig_range *t = *cur;
+        *cur = *next;
+        *next = t;
+        return l + 1;
+    }
+    int neg = 0, SP = x->SP;
+    int64_t k = -1;
+    if (l > IG_BACKOFF_SHORT) {
+        k = ig_backoff_long(x->P, x->M, ctx, len, l, IG_BACKOFF_SHORT, *cur, *cur + SP, tmp, tmp + SP, memo, &neg);
+        if (k == -1) l = IG_BACKOFF_SHORT;
+    }
+    if (k < 0) k = ig_net_longest(x->P, x->M, ctx, len, l, *cur, *cur + SP, tmp, tmp + SP, &neg);
+    if (neg) x->fail = IG_ERR_ARG;
+    return k;
+}
+
+/* The failure a call met on the way, as its error (IG_OK: none). */
+static int src_failed(const dsrc *x, char *err, size_t errlen) {
+    if (x->fail == IG_ERR_NOMEM) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    return x->fail ? ig_diff_not_subset(err, errlen) : IG_OK;
+}
+
+/* ---------------------------------------------------------------- candidates over a difference */
+
+/* Ranks of r (sharing a prefix of length d) whose token at depth d is below t. */
+static int64_t below(const ig_shard *s, int w, ig_range r, int64_t d, uint64_t t) {
+    int64_t a = r.lo, b = r.hi;
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if ((uint64_t)tok_rank(s, w, mid, d) < t) a = mid + 1;
+        else b = mid;
+    }
+    return a - r.lo;
+}
+
+/* Net occurrences whose next token is below t: non-decreasing in t. */
+static int64_t net_below(const dsrc *x, const ig_range *rs, int64_t d, uint64_t t) {
+    int64_t c = 0;
+    for (int i = 0; i < x->ns; i++)
+        if (rs[i].hi > rs[i].lo) c += (i < x->SP ? 1 : -1) * below(src_shard(x, i), x->P->token_width, rs[i], d, t);
+    return c;
+}
+
+/* The next token at net rank r of the remaining occurrences (sorted by suffix, so by next
+   token): the largest t with net_below(t) <= r, galloped up from `from` (the answer for a
+   smaller rank), as the ranks sampled come in order. */
+static uint32_t net_token_at(const dsrc *x, const ig_range *rs, int64_t d, int64_t r, uint32_t from) {
+    uint64_t ok = from, bad = (uint64_t)x->P->separator + 1, step = 1;
+    while (ok + step < bad) {
+        if (net_below(x, rs, d, ok + step) > r) {
+            bad = ok + step;
+            break;
+        }
+        ok += step;
+        step *= 2;
+    }
+    while (bad - ok > 1) {
+        uint64_t mid = ok + (bad - ok) / 2;
+        if (net_below(x, rs, d, mid) <= r) ok = mid;
+        else bad = mid;
+    }
+    return (uint32_t)ok;
+}
+
+/* Distinct next tokens of shards [from, to) of rs, summed by token, into (toks, cnts): their
+   number, -1 when out of memory. room: entries available. */
+static int64_t walk_shards(const dsrc *x, const ig_range *rs, int64_t d, int from, int to, uint32_t *toks,
+                           uint64_t *cnts, int64_t room) {
+    int64_t n = 0;
+    for (int i = from; i < to; i++) {
+        if (rs[i].hi <= rs[i].lo) continue;
+        int64_t m = ig_walk_range(src_shard(x, i), x->P->token_width, rs[i], d, toks + n, cnts + n, room - n);
+        n += m < room - n ? m : room - n; /* (room holds every distinct token of every shard) */
+    }
+    return ig_sort_merge_tc(toks, cnts, n);
+}
+
+/* Entries enough for the distinct next tokens of shards [from, to) of rs. */
+static int64_t walk_room(const dsrc *x, const ig_range *rs, int from, int to) {
+    int64_t room = 0, per = (int64_t)x->P->vocab_size + 1;
+    for (int i = from; i < to; i++) {
+        int64_t size = rs[i].hi - rs[i].lo;
+        room += size < per ? (size > 0 ? size : 0) : per;
+    }
+    return room > 0 ? room : 1;
+}
+
+/* The whole net next-token distribution, most frequent first (ties: smaller id), up to cap. */
+static int64_t exact_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap) {
+    int64_t rp = walk_room(x, rs, 0, x->SP), rm = walk_room(x, rs, x->SP, x->ns);
+    uint32_t *toks = malloc((size_t)(rp + rm) * sizeof *toks);
+    uint64_t *cnts = malloc((size_t)(rp + rm) * sizeof *cnts);
+    tc *all = malloc((size_t)rp * sizeof *all);
+    int64_t np = -1, nm = -1, n = 0;
+    if (toks && cnts && all) {
+        np = walk_shards(x, rs, d, 0, x->SP, toks, cnts, rp);
+        nm = walk_shards(x, rs, d, x->SP, x->ns, toks + rp, cnts + rp, rm);
+    }
+    if (np < 0 || nm < 0) {
+        x->fail = IG_ERR_NOMEM;
+    } else {
+        const uint32_t *mt = toks + rp;
+        const uint64_t *mc = cnts + rp;
+        int64_t j = 0;
+        for (int64_t i = 0; i < np && !x->fail; i++) {
+            uint64_t c = cnts[i];
+            if (j < nm && mt[j] < toks[i]) x->fail = IG_ERR_ARG; /* removed has a continuation the index lacks */
+            else if (j < nm && mt[j] == toks[i]) {
+                if (mc[j] > c) x->fail = IG_ERR_ARG;
+                else c -= mc[j++];
+            }
+            if (c && !x->fail) all[n++] = (tc){toks[i], c};
+        }
+        if (j < nm) x->fail = IG_ERR_ARG;
+        if (x->fail) n = 0;
+        qsort(all, (size_t)n, sizeof *all, by_cnt_desc);
+        if (n > cap) n = cap;
+        memcpy(out, all, (size_t)n * sizeof *out);
+    }
+    free(toks);
+    free(cnts);
+    free(all);
+    return n;
+}
+
+/* candidates() over a difference: what one shard holding the remaining documents would give.
+   Up to IG_DRAFT_EXACT_MAX net occurrences, the exact distribution; above, the tokens at
+   IG_DRAFT_SAMPLES evenly spaced net ranks, the best counted exactly. */
+static int64_t candidates_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
+                              ig_range *tmp) {
+    int64_t c = src_total(x, rs);
+    if (c < 0) {
+        x->fail = IG_ERR_ARG;
+        c = 0;
+    }
+    *total = (uint64_t)c;
+    if (c == 0 || cap <= 0) return 0;
+    if (c <= IG_DRAFT_EXACT_MAX) return exact_net(x, rs, d, out, cap);
+    tc hit[IG_DRAFT_SAMPLES];
+    uint32_t t = 0;
+    for (int64_t j = 0; j < IG_DRAFT_SAMPLES; j++) {
+        int64_t r = (int64_t)(((double)j + 0.5) * (double)c / (double)IG_DRAFT_SAMPLES);
+        t = net_token_at(x, rs, d, r, t);
+        hit[j] = (tc){t, 1};
+    }
+    int64_t h = merge_equal(hit, IG_DRAFT_SAMPLES);
+    qsort(hit, (size_t)h, sizeof *hit, by_cnt_desc);
+    int64_t want = cap + 2 < h ? cap + 2 : h;
+    for (int64_t j = 0; j < want; j++) hit[j].cnt = (uint64_t)src_extend(x, rs, d, hit[j].tok, tmp);
+    qsort(hit, (size_t)want, sizeof *hit, by_cnt_desc);
+    int64_t n = want < cap ? want : cap;
+    memcpy(out, hit, (size_t)n * sizeof *out);
+    return n;
+}
+
 /* Candidate next tokens at depth d over the ranges rs, most frequent first, exact counts;
    writes up to cap. Exact list when the context is small, sampled candidates otherwise. */
-static int64_t candidates(const ig_index *ix, const ig_range *rs, int64_t d, tc *out, int64_t cap,
-                          uint64_t *total, ig_range *tmp) {
+static int64_t candidates(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
+                          ig_range *tmp) {
+    if (x->M) return candidates_net(x, rs, d, out, cap, total, tmp);
+    const ig_index *ix = x->P;
     int w = ix->token_width;
     uint64_t c = 0;
     for (int i = 0; i < ix->n_shards; i++) c += (uint64_t)(rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0);
@@ -97,7 +356,7 @@ typedef struct {
 /* The greedy ∞-gram chain from the ranges cur of a matched suffix of length l (l > 0 to draft
    anything), at most cap tokens into tok32 or tok64 (whichever is not NULL); counts/totals may
    be NULL. cur and next (as many ranges) are scratch afterwards, tmp too. Returns the length. */
-static int64_t greedy_chain(const ig_index *ix, ig_range *cur, ig_range *next, ig_range *tmp, int64_t l, int64_t cap,
+static int64_t greedy_chain(dsrc *x, ig_range *cur, ig_range *next, ig_range *tmp, int64_t l, int64_t cap,
                             const chain_rule *rule, uint32_t *tok32, int64_t *tok64, uint64_t *counts,
                             uint64_t *totals) {
     double joint = 1.0;
@@ -105,10 +364,10 @@ static int64_t greedy_chain(const ig_index *ix, ig_range *cur, ig_range *next, i
     while (l > 0 && n < cap) {
         tc best;
         uint64_t total;
-        if (candidates(ix, cur, l, &best, 1, &total, tmp) < 1) break;
+        if (candidates(x, cur, l, &best, 1, &total, tmp) < 1) break;
         double share = (double)best.cnt / (double)total;
         if (best.cnt < rule->min_count || share < rule->min_share || joint * share < rule->min_joint) break;
-        int ends = best.tok == ix->separator; /* the document ends here: drafted as eos_id, if any */
+        int ends = best.tok == x->P->separator; /* the document ends here: drafted as eos_id, if any */
         if (ends && rule->eos_id < 0) break;
         int64_t t = ends ? rule->eos_id : (int64_t)best.tok;
         if (tok32) tok32[n] = (uint32_t)t;
@@ -118,61 +377,97 @@ static int64_t greedy_chain(const ig_index *ix, ig_range *cur, ig_range *next, i
         n++;
         if (ends) break;
         joint *= share;
-        ig_extend_ranges(ix, cur, l, best.tok, next);
+        src_extend(x, cur, l, best.tok, next);
         ig_range *sw = cur; cur = next; next = sw;
         l++;
     }
     return n;
 }
 
-int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
-                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
-                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
+static int draft_chain(dsrc *x, const int64_t *state, int64_t max_tokens, uint64_t min_count, double min_share,
+                       double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts, uint64_t *totals,
+                       int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_tokens > 0 && !tokens)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (max_tokens < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_tokens must be >= 0, got %lld", (long long)max_tokens);
     *n_out = 0;
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, &sc, err, errlen);
     if (l < 0) return (int)l;
     chain_rule rule = {min_count, min_share, min_joint, eos_id};
-    *n_out = greedy_chain(ix, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL,
-                          counts, totals);
+    int64_t n = greedy_chain(x, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL, counts, totals);
     ig_scratch_free(&sc);
-    return IG_OK;
+    int rc = src_failed(x, err, errlen);
+    if (!rc) *n_out = n;
+    return rc;
 }
 
-int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
-                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
+int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
+                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
+                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
+    dsrc x = src_of(ix, NULL);
+    return draft_chain(&x, state, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts, totals, n_out,
+                       err, errlen);
+}
+
+int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_tokens,
+                        uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
+                        uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (rc) return rc;
+    dsrc x = src_of(plus, minus);
+    return draft_chain(&x, state, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts, totals, n_out,
+                       err, errlen);
+}
+
+static int draft_children(dsrc *x, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
+                          int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || !total || (k > 0 && (!tokens || !counts))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (k < 0) return ig_fail(err, errlen, IG_ERR_ARG, "k must be >= 0, got %lld", (long long)k);
     *n_out = 0;
     *total = 0;
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, &sc, err, errlen);
     if (l < 0) return (int)l;
     tc *best = k > 0 ? malloc((size_t)k * sizeof *best) : NULL;
     if (k > 0 && !best) {
         ig_scratch_free(&sc);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     }
-    int64_t n = candidates(ix, sc.a, l, best, k, total, sc.c);
-    int64_t size = ig_state_size(ix);
+    int64_t n = candidates(x, sc.a, l, best, k, total, sc.c);
+    int64_t size = src_state_size(x);
     for (int64_t j = 0; j < n; j++) {
         tokens[j] = best[j].tok;
         counts[j] = best[j].cnt;
         if (!child_states) continue;
         int64_t *cs = child_states + j * size;
-        if (best[j].tok == ix->separator) {
+        if (best[j].tok == x->P->separator) {
             memcpy(cs, state, (size_t)size * sizeof *cs);
             continue;
         }
-        ig_extend_ranges(ix, sc.a, l, best[j].tok, sc.b);
-        ig_state_store(ix, l + 1, sc.b, cs);
+        src_extend(x, sc.a, l, best[j].tok, sc.b);
+        src_store(x, l + 1, sc.b, cs);
     }
-    *n_out = n;
     free(best);
     ig_scratch_free(&sc);
-    return IG_OK;
+    int rc = src_failed(x, err, errlen);
+    if (rc) *total = 0;
+    else *n_out = n;
+    return rc;
+}
+
+int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
+                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
+    dsrc x = src_of(ix, NULL);
+    return draft_children(&x, state, k, tokens, counts, child_states, total, n_out, err, errlen);
+}
+
+int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t k,
+                           uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out,
+                           char *err, size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (rc) return rc;
+    dsrc x = src_of(plus, minus);
+    return draft_children(&x, state, k, tokens, counts, child_states, total, n_out, err, errlen);
 }
 
 int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t max_len, int64_t max_tokens,
@@ -260,8 +555,9 @@ static int64_t context_start(const ig_index *ix, const int64_t *seq, int64_t fro
 /* Advance the state (suffix length *l, ranges *cur; *next: scratch) of seq[0..n - n_new) through
    the new tokens: narrow while the match grows, back off otherwise; the context starts anew
    after a document boundary. */
-static int advance(const ig_index *ix, int64_t *l_io, ig_range **cur, ig_range **next, ig_range *tmp,
+static int advance(dsrc *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_range *tmp,
                    const int64_t *seq, int64_t n, int64_t n_new, int64_t eos_id, char *err, size_t errlen) {
+    const ig_index *ix = x->P;
     int64_t l = *l_io;
     if (n_new <= 0) return IG_OK;
     int64_t first = n - n_new - l; /* the context from here is what the state matches */
@@ -275,23 +571,24 @@ static int advance(const ig_index *ix, int64_t *l_io, ig_range **cur, ig_range *
     if (base == from) base = first; /* no boundary among the new tokens: the context holds the matched suffix */
     if (base > from) { /* a new document among the new tokens: its context starts empty */
         l = 0;
-        for (int i = 0; i < ix->n_shards; i++) (*cur)[i] = (ig_range){0, ix->shards[i].num_tokens};
+        src_full(x, *cur);
         from = base;
     }
     uint32_t *ctx = malloc((size_t)(n - base > 0 ? n - base : 1) * sizeof *ctx);
     if (!ctx) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
     for (int64_t i = base; i < n; i++) ctx[i - base] = (uint32_t)seq[i];
     ig_lce_memo *memo = NULL;
-    for (int64_t pos = from; pos < n; pos++) l = ig_state_step(ix, ctx, pos - base + 1, l, cur, next, tmp, &memo);
+    for (int64_t pos = from; pos < n; pos++) l = src_step(x, ctx, pos - base + 1, l, cur, next, tmp, &memo);
     ig_lce_memo_free(memo);
     free(ctx);
     *l_io = l;
     return IG_OK;
 }
 
-int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
-                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
-                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
+static int draft_step(dsrc *x, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
+                      const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
+                      int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
+    const ig_index *ix = x->P;
     if (!p || !n_out || !match_len || !source_out || (max_tokens > 0 && !out) || (n > 0 && !seq))
         return ig_fail(err, errlen, IG_ERR_ARG, "NULL argument");
     if (n < 0 || n_new < 0 || n_new > n) return ig_fail(err, errlen, IG_ERR_ARG, "bad lengths n=%lld n_new=%lld",
@@ -310,14 +607,15 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     ig_range *cur = NULL, *next = NULL;
     if (use_inf) {
         if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
-        if ((l = ig_state_begin(ix, state, &sc, err, errlen)) < 0) return (int)l;
+        if ((l = src_begin(x, state, &sc, err, errlen)) < 0) return (int)l;
         cur = sc.a;
         next = sc.b;
-        if ((rc = advance(ix, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen))) {
+        if ((rc = advance(x, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen)) ||
+            (rc = src_failed(x, err, errlen))) {
             ig_scratch_free(&sc);
             return rc;
         }
-        ig_state_store(ix, l, cur, state);
+        src_store(x, l, cur, state);
     }
     int64_t look_len = 0, look_n = 0;
     if (use_look && max_tokens > 0) {
@@ -336,12 +634,13 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
         if (!buf) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
         else {
             chain_rule rule = {p->min_count, p->min_share, p->min_joint, p->eos_id};
-            inf_n = greedy_chain(ix, cur, next, sc.c, l, inf_cap, &rule, NULL, buf, counts, totals);
+            inf_n = greedy_chain(x, cur, next, sc.c, l, inf_cap, &rule, NULL, buf, counts, totals);
             if (inf_n > 0 && buf != out) memcpy(out, buf, (size_t)inf_n * sizeof *out);
             if (buf != out && buf != tmp) free(buf);
         }
     }
     if (use_inf) ig_scratch_free(&sc);
+    if (!rc) rc = src_failed(x, err, errlen);
     if (rc) return rc;
     if (inf_n > 0) {
         *n_out = inf_n;
@@ -357,6 +656,25 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
     return IG_OK;
 }
 
+int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
+                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
+                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
+    dsrc x = src_of(ix, NULL);
+    return draft_step(&x, state, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len, source_out, err,
+                      errlen);
+}
+
+int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, const int64_t *seq, int64_t n,
+                       int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
+                       uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err,
+                       size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (rc) return rc;
+    dsrc x = src_of(plus, minus);
+    return draft_step(&x, state, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len, source_out, err,
+                      errlen);
+}
+
 /* ---------------------------------------------------------------- best-first trees */
 
 typedef struct {
@@ -365,21 +683,21 @@ typedef struct {
     uint32_t tok;
 } tree_cand;
 
-int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
-                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
-                  int64_t *n_out, char *err, size_t errlen) {
+static int draft_tree(dsrc *x, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
+                      double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+                      int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_nodes > 0 && (!tokens || !parents || !probs))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (max_nodes < 0 || max_depth < 0 || width < 0)
         return ig_fail(err, errlen, IG_ERR_ARG, "max_nodes, max_depth and width must be >= 0");
     *n_out = 0;
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, &sc, err, errlen);
     if (l < 0) return (int)l;
     if (l == 0 || max_nodes == 0 || max_depth == 0 || width == 0) {
         ig_scratch_free(&sc);
         return IG_OK;
     }
-    int ns = ix->n_shards;
+    int ns = x->ns;
     int64_t cap = (max_nodes + 1) * width;
     ig_range *node_r = malloc((size_t)(max_nodes + 1) * (size_t)ns * sizeof *node_r); /* slot max_nodes = root */
     int64_t *depth = malloc((size_t)max_nodes * sizeof *depth);
@@ -398,7 +716,7 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
             int64_t d = node < 0 ? 0 : depth[node];
             double base = node < 0 ? 1.0 : probs[node];
             uint64_t total;
-            int64_t k = candidates(ix, r, l + d, cands, width, &total, sc.c);
+            int64_t k = candidates(x, r, l + d, cands, width, &total, sc.c);
             for (int64_t j = 0; j < k && h < cap; j++) {
                 double p = base * (double)cands[j].cnt / (double)total;
                 if (p >= min_prob) heap[h++] = (tree_cand){p, node, cands[j].tok};
@@ -411,23 +729,64 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, i
         tree_cand c = heap[best];
         heap[best] = heap[--h];
         node = -2; /* nothing to expand unless the new node is an inner one */
-        if (c.tok == ix->separator && eos_id < 0) continue; /* a document end we cannot draft */
+        if (c.tok == x->P->separator && eos_id < 0) continue; /* a document end we cannot draft */
         int64_t pd = c.parent < 0 ? 0 : depth[c.parent];
         const ig_range *pr = c.parent < 0 ? node_r + max_nodes * ns : node_r + c.parent * ns;
         parents[n] = c.parent;
         probs[n] = c.p;
         depth[n] = pd + 1;
-        if (c.tok == ix->separator) {
+        if (c.tok == x->P->separator) {
             tokens[n++] = eos_id; /* a leaf: the document ends */
             continue;
         }
         tokens[n] = (int64_t)c.tok;
-        ig_extend_ranges(ix, pr, l + pd, c.tok, node_r + n * ns);
+        src_extend(x, pr, l + pd, c.tok, node_r + n * ns);
         if (depth[n] < max_depth) node = n;
         n++;
     }
-    *n_out = n;
     free(node_r); free(depth); free(heap); free(cands);
     ig_scratch_free(&sc);
-    return IG_OK;
+    int rc = src_failed(x, err, errlen);
+    if (!rc) *n_out = n;
+    return rc;
+}
+
+int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
+                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+                  int64_t *n_out, char *err, size_t errlen) {
+    dsrc x = src_of(ix, NULL);
+    return draft_tree(&x, state, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs, n_out, err,
+                      errlen);
+}
+
+int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_nodes,
+                       int64_t max_depth, int64_t width, double min_prob, int64_t eos_id, int64_t *tokens,
+                       int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (rc) return rc;
+    dsrc x = src_of(plus, minus);
+    return draft_tree(&x, state, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs, n_out, err,
+                      errlen);
+}
+
+/* ---------------------------------------------------------------- states of a difference */
+
+int64_t ig_diff_state_size(const ig_index *plus, const ig_index *minus) {
+    return plus && minus ? 2 + 2 * ((int64_t)plus->n_shards + minus->n_shards) : 0;
+}
+
+int ig_diff_state_init(const ig_index *plus, const ig_index *minus, const uint32_t *ctx, int64_t len, int64_t *state,
+                       char *err, size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (!rc) rc = ig_check_ids(plus, ctx, len, "context", err, errlen);
+    if (rc) return rc;
+    if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL output");
+    dsrc x = src_of(plus, minus);
+    ig_scratch sc;
+    if ((rc = ig_scratch_init(&sc, x.ns, err, errlen))) return rc;
+    int neg = 0;
+    int64_t l = ig_net_longest(plus, minus, ctx, len, len, sc.a, sc.a + x.SP, sc.b, sc.b + x.SP, &neg);
+    if (!neg) src_store(&x, l, sc.a, state);
+    ig_scratch_free(&sc);
+    return neg ? ig_diff_not_subset(err, errlen) : IG_OK;
 }

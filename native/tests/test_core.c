@@ -114,6 +114,109 @@ static void test_draft_steps(const ref_corpus *c, ig_index *ix) {
                   IG_ERR_ARG && strstr(err, "matched suffix holds"), "boundary inside the matched suffix: %s", err);
 }
 
+/* ------------------------------------------------------------------ drafts over a difference */
+
+/* The documents d of c with (d % 3 == 0) == removed, as a one-shard corpus written as `name`. */
+static int sub_corpus(const ref_corpus *c, int removed, const char *name, ref_corpus *out, ig_index **ix) {
+    memset(out, 0, sizeof *out);
+    out->width = c->width;
+    out->vocab = c->vocab;
+    out->sep = c->sep;
+    out->offsets = calloc((size_t)c->n_docs + 1, sizeof(int64_t));
+    out->ids = malloc((size_t)(c->offsets[c->n_docs] + 1) * sizeof(uint32_t));
+    int64_t k = 0, n = 0;
+    for (int64_t d = 0; d < c->n_docs; d++) {
+        if ((d % 3 == 0) != removed) continue;
+        for (int64_t i = c->offsets[d]; i < c->offsets[d + 1]; i++) out->ids[k++] = c->ids[i];
+        out->offsets[++n] = k;
+    }
+    out->n_docs = n;
+    out->n_shards = 1;
+    out->shard_doc[0] = 0;
+    out->shard_doc[1] = n;
+    ref_corpus_texts(out);
+    return ref_corpus_write(out, ref_tmpdir(), name, 0) || ref_corpus_open(out, ix);
+}
+
+/* ig_diff_draft_* over (c minus its removed documents) give what ig_draft_* give over an index
+   of the kept documents: steps through a sequence with boundaries, then chains, children and
+   trees from every state met (the sanitizers watch the net-count paths). */
+static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name) {
+    ref_corpus rc_rm, rc_keep;
+    ig_index *rm = NULL, *keep = NULL;
+    char n1[64], n2[64];
+    snprintf(n1, sizeof n1, "%s_rm", name);
+    snprintf(n2, sizeof n2, "%s_keep", name);
+    if (sub_corpus(c, 1, n1, &rc_rm, &rm) || sub_corpus(c, 0, n2, &rc_keep, &keep)) {
+        CHECK(0, "difference corpora");
+    } else {
+        CHECK(ig_diff_check(ix, rm, err, sizeof err) == IG_OK, "diff check: %s", err);
+        enum { SEQ = 300 };
+        int64_t seq[SEQ], eos = c->vocab > 3 ? 3 : 0;
+        uint64_t x = 11;
+        for (int64_t i = 0; i < SEQ; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            seq[i] = x % 29 == 0 ? eos : x % 37 == 0 ? (int64_t)c->vocab : (int64_t)c->ids[(i * 3) % c->offsets[c->n_docs]];
+        }
+        ig_draft_params p = {6, 1, 0.0, 1, 0.0, 0.0, 2, 8, IG_DRAFT_LONGEST, eos, -1, -1};
+        int64_t sd[64], sk[64], out_d[6], out_k[6], nd, nk, md, mk;
+        uint64_t cd[6], ck[6], td[6], tk[6];
+        int srcd, srck;
+        CHECK(ig_diff_state_size(ix, rm) == 2 + 2 * (int64_t)(c->n_shards + 1), "diff state size");
+        CHECK(ig_diff_state_init(ix, rm, NULL, 0, sd, err, sizeof err) == IG_OK, "%s", err);
+        CHECK(ig_state_init(keep, NULL, 0, sk, err, sizeof err) == IG_OK, "%s", err);
+        for (int64_t n = 0, step = 0; n < SEQ; step++) {
+            int64_t add = 1 + step % 5;
+            if (n + add > SEQ) add = SEQ - n;
+            n += add;
+            int a = ig_diff_draft_step(ix, rm, sd, seq, n, add, &p, 6, out_d, cd, td, &nd, &md, &srcd, err, sizeof err);
+            int b = ig_draft_step(keep, sk, seq, n, add, &p, 6, out_k, ck, tk, &nk, &mk, &srck, err, sizeof err);
+            int same = a == IG_OK && b == IG_OK && nd == nk && md == mk && srcd == srck && sd[0] == sk[0] && sd[1] == sk[1];
+            for (int64_t i = 0; same && i < nd; i++) same = out_d[i] == out_k[i] && cd[i] == ck[i] && td[i] == tk[i];
+            CHECK(same, "diff draft_step at %lld: %lld/%lld tokens, match %lld/%lld", (long long)n, (long long)nd,
+                  (long long)nk, (long long)md, (long long)mk);
+            uint32_t chd[6], chk[6];
+            int64_t ncd = 0, nck = 0;
+            ig_diff_draft_chain(ix, rm, sd, 6, 1, 0.2, 0.0, eos, chd, cd, td, &ncd, err, sizeof err);
+            ig_draft_chain(keep, sk, 6, 1, 0.2, 0.0, eos, chk, ck, tk, &nck, err, sizeof err);
+            same = ncd == nck;
+            for (int64_t i = 0; same && i < ncd; i++) same = chd[i] == chk[i] && cd[i] == ck[i] && td[i] == tk[i];
+            CHECK(same, "diff chain at %lld", (long long)n);
+            uint32_t kd[4], kk[4];
+            uint64_t totd, totk;
+            int64_t csd[4 * 64], csk[4 * 64], sized = ig_diff_state_size(ix, rm), sizek = ig_state_size(keep);
+            ig_diff_draft_children(ix, rm, sd, 4, kd, cd, csd, &totd, &ncd, err, sizeof err);
+            ig_draft_children(keep, sk, 4, kk, ck, csk, &totk, &nck, err, sizeof err);
+            same = ncd == nck && totd == totk;
+            for (int64_t i = 0; same && i < ncd; i++)
+                same = kd[i] == kk[i] && cd[i] == ck[i] && csd[i * sized] == csk[i * sizek] &&
+                       csd[i * sized + 1] == csk[i * sizek + 1];
+            CHECK(same, "diff children at %lld", (long long)n);
+            int64_t ttd[8], ttk[8], ptd[8], ptk[8];
+            double prd[8], prk[8];
+            ig_diff_draft_tree(ix, rm, sd, 8, 4, 3, 0.0, eos, ttd, ptd, prd, &ncd, err, sizeof err);
+            ig_draft_tree(keep, sk, 8, 4, 3, 0.0, eos, ttk, ptk, prk, &nck, err, sizeof err);
+            same = ncd == nck;
+            for (int64_t i = 0; same && i < ncd; i++) same = ttd[i] == ttk[i] && ptd[i] == ptk[i] && prd[i] == prk[i];
+            CHECK(same, "diff tree at %lld", (long long)n);
+        }
+        /* forged states are refused, never read */
+        int64_t forged[64];
+        memcpy(forged, sd, sizeof forged);
+        forged[2] = -5;
+        uint32_t tok[6];
+        int64_t nt;
+        CHECK(ig_diff_draft_chain(ix, rm, forged, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) == IG_ERR_ARG,
+              "forged diff state");
+        CHECK(ig_diff_draft_chain(ix, NULL, sd, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) == IG_ERR_ARG,
+              "closed removed index");
+    }
+    ig_close(rm);
+    ig_close(keep);
+    ref_corpus_free(&rc_rm);
+    ref_corpus_free(&rc_keep);
+}
+
 /* ------------------------------------------------------------------ batches and states */
 
 static void test_batches(const ref_corpus *c, ig_index *ix) {
@@ -480,6 +583,7 @@ int main(void) {
         test_batches(&c, ix);
         test_arguments(&c, ix);
         test_draft_steps(&c, ix);
+        test_diff_drafts(&c, ix, name);
         ig_close(ix);
         if (k != 1) test_damaged_files(&c);
         ref_corpus_free(&c);
