@@ -204,7 +204,7 @@ class RemoteIndex:
                           **kw: Any) -> BatchNextTokenDistributions:
         a = self.call("ntd", {"infinite": bool(infinite), "max_support": max_support},
                       self._batch(prompts, kw, "prompts"))[1]
-        return _ntd(a)
+        return ntd_result(a)
 
     def infgram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
         return self.infgram_ntd_batch([as_ids(prompt, "prompt")], max_support=max_support)[0]
@@ -280,6 +280,16 @@ class RemoteSuffixCache:
     def clear(self) -> None:
         """Nothing is kept on this side."""
 
+    def row_states(self) -> Optional["RemoteRowStates"]:
+        """The rows' states of a decoding batch kept on this side (`RemoteRowStates`: a step
+        sends states and tails, not whole contexts), or None when the server cannot take them
+        (an index without a native handle, or a server without the op)."""
+        info = self.index.info
+        if not info.get("native") or "rows_ntd" not in info.get("ops", ()):
+            return None
+        from .remote_rows import RemoteRowStates
+        return RemoteRowStates(self.index)
+
     def _call(self, op: str, contexts: Any, kw: dict, extra: Optional[dict] = None) -> dict:
         arrays = self.index._batch(contexts, kw, "contexts")
         arrays.update(extra or {})
@@ -287,7 +297,7 @@ class RemoteSuffixCache:
         return self.index.call(op, {}, arrays)[1]
 
     def ntd_batch(self, contexts: Any, **batch_kw: Any) -> BatchNextTokenDistributions:
-        return _ntd(self._call("cache_ntd", contexts, batch_kw))
+        return ntd_result(self._call("cache_ntd", contexts, batch_kw))
 
     def ntd(self, context: Any) -> NextTokenDistribution:
         return self.ntd_batch([as_ids(context, "context")])[0]
@@ -310,7 +320,8 @@ class RemoteSuffixCache:
         return DecodingState(self.states([as_ids(context, "context")])[0])
 
 
-def _ntd(a: dict) -> BatchNextTokenDistributions:
+def ntd_result(a: dict) -> BatchNextTokenDistributions:
+    """The distributions of an answer's arrays (ops ntd, cache_ntd, rows_ntd)."""
     return BatchNextTokenDistributions(offsets=a["offsets"].astype(np.int64), token_ids=a["token_ids"],
                                        counts=a["counts"], total=a["total"], suffix_len=a["suffix_len"],
                                        sparse=a["sparse"].astype(bool), approximate=a["approximate"].astype(bool))
