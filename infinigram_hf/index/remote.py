@@ -6,7 +6,7 @@
 The `LogitsProcessor`, `perplexity()`, the drafter and `InfiniGramLM.score` take it where they
 take a local index. Batched queries travel as numpy arrays (`infinigram_hf.index.wire`), and a
 decoding step of the processor is one request for the whole batch (the server keeps the
-`SuffixCache`). Connections are pooled and kept alive (http.client: `http_pool`); every query is
+`SuffixCache`). Connections are pooled and kept alive (`http_pool`: sockets of the standard library, one write a request); every query is
 idempotent and is retried with backoff on a refused or dropped connection or a 503; a dead or
 slow server raises `InfiniGramError` within ``timeout`` seconds (each socket operation is
 bounded by the time left).

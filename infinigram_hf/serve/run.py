@@ -62,7 +62,8 @@ def serve(indexes: dict[str, str], *, host: str = "127.0.0.1", port: int = 8000,
     try:
         uvicorn.run("infinigram_hf.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
                     http=best_protocol(), loop="auto", log_level=log_level,
-                    timeout_keep_alive=5, access_log=False, proxy_headers=False)
+                    timeout_keep_alive=5, access_log=False, proxy_headers=False,
+                    server_header=False)
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
