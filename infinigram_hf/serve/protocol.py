@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 # seconds a client has to send a request head; the serve command sets it (--header-timeout)
 HEADER_TIMEOUT_ENV = "INFINIGRAM_SERVE_HEADER_TIMEOUT"
+MAX_HEAD_BYTES = 64 << 10  # a request head larger than this closes the connection
 
 
 def header_timeout() -> float:
@@ -37,13 +38,15 @@ def header_timeout() -> float:
 class HeaderDeadline:
     """Mixin for a uvicorn HTTP protocol (both keep the request in progress in ``self.cycle``, a
     new object once a request head has been parsed): closes connections whose request head does
-    not arrive in time, and sets TCP_NODELAY on every accepted socket."""
+    not arrive in time or outgrows MAX_HEAD_BYTES, and sets TCP_NODELAY on every accepted socket."""
 
     _head_timer: Any = None
     _waiting_cycle: Any = None  # the request cycle when the timer was armed (a new one = head complete)
+    _head_bytes = 0             # bytes received since then
 
     def _arm(self) -> None:
         self._disarm()
+        self._head_bytes = 0
         self._waiting_cycle = self.cycle  # type: ignore[attr-defined]
         self._head_timer = self.loop.call_later(header_timeout(), self._head_too_slow)  # type: ignore[attr-defined]
 
@@ -70,8 +73,17 @@ class HeaderDeadline:
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)  # type: ignore[misc]
-        if self._head_timer is not None and self.cycle is not self._waiting_cycle:  # type: ignore[attr-defined]
-            self._disarm()  # a request head was parsed: the request's time budget takes over
+        if self._head_timer is not None:
+            if self.cycle is not self._waiting_cycle:  # type: ignore[attr-defined]
+                self._disarm()  # a request head was parsed: the request's time budget takes over
+            else:
+                # httptools has no cap on a request head (h11 has 16 KiB): headers would pile up
+                # in memory until the deadline. Checked after each chunk, so a head costs at most
+                # the cap plus one read.
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():  # type: ignore[attr-defined]
+                    self._disarm()
+                    self.transport.close()  # type: ignore[attr-defined]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]

@@ -217,6 +217,25 @@ def test_slow_clients_are_disconnected(server) -> None:
     _healthy(server)
 
 
+def test_huge_request_heads_close_the_connection(server) -> None:
+    """Regression: under httptools (no head cap of its own) a 200 kB header block was read into
+    memory; past 64 KiB of head the connection is now closed (h11 refuses past 16 KiB)."""
+    host, port = server.url.rsplit("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        closed = False
+        try:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(200):
+                s.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+            s.sendall(b"\r\n")
+            answer = s.recv(65536)
+            closed = answer == b"" or not answer.startswith(b"HTTP/1.1 200")
+        except OSError:  # reset or broken pipe: closed by the server
+            closed = True
+        assert closed
+    _healthy(server)
+
+
 def test_server_killed_mid_request(index_dir) -> None:
     server = Server({"ix": index_dir}, "--time-budget", "30").start()
     try:
