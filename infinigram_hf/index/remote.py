@@ -28,6 +28,7 @@ from .._core.ids import as_ids, one_per_row
 from . import wire
 from .batch import as_batch
 from .http_pool import Pool, Response
+from .remote_rows import RemoteRowStates, ntd_result
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, Document, NextTokenDistribution,
                       ProbResult, ScoreResult)
 from .search import DocumentMatch, SearchResult
@@ -280,14 +281,13 @@ class RemoteSuffixCache:
     def clear(self) -> None:
         """Nothing is kept on this side."""
 
-    def row_states(self) -> Optional["RemoteRowStates"]:
+    def row_states(self) -> Optional[RemoteRowStates]:
         """The rows' states of a decoding batch kept on this side (`RemoteRowStates`: a step
         sends states and tails, not whole contexts), or None when the server cannot take them
         (an index without a native handle, or a server without the op)."""
         info = self.index.info
         if not info.get("native") or "rows_ntd" not in info.get("ops", ()):
             return None
-        from .remote_rows import RemoteRowStates
         return RemoteRowStates(self.index)
 
     def _call(self, op: str, contexts: Any, kw: dict, extra: Optional[dict] = None) -> dict:
@@ -318,13 +318,6 @@ class RemoteSuffixCache:
 
     def state(self, context: Any) -> DecodingState:
         return DecodingState(self.states([as_ids(context, "context")])[0])
-
-
-def ntd_result(a: dict) -> BatchNextTokenDistributions:
-    """The distributions of an answer's arrays (ops ntd, cache_ntd, rows_ntd)."""
-    return BatchNextTokenDistributions(offsets=a["offsets"].astype(np.int64), token_ids=a["token_ids"],
-                                       counts=a["counts"], total=a["total"], suffix_len=a["suffix_len"],
-                                       sparse=a["sparse"].astype(bool), approximate=a["approximate"].astype(bool))
 
 
 def _jsonable(x: Any) -> Any:

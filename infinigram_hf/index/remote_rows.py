@@ -11,7 +11,7 @@ every state it is sent (a forged one is a 400, never a read out of bounds).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,9 +20,6 @@ from .batch import as_batch
 from .results import BatchNextTokenDistributions
 from .row_states import Prev, grown_rows, state_tails
 
-if TYPE_CHECKING:
-    from .remote import RemoteIndex
-
 OP = "rows_ntd"
 
 
@@ -30,7 +27,7 @@ class RemoteRowStates:
     """The rows' states of a decoding batch across steps, for a `RemoteIndex` (see the module's
     docstring); ``ntd(rows, starts)`` as `RowStates.ntd`."""
 
-    def __init__(self, index: "RemoteIndex"):
+    def __init__(self, index: Any):  # a RemoteIndex (remote.py imports this module)
         self.index = index
         self._prev: Prev = None
         self.stats = {"extended": 0, "looked_up": 0, "requests": 0}
@@ -40,8 +37,6 @@ class RemoteRowStates:
 
     def ntd(self, rows: np.ndarray, starts: np.ndarray) -> BatchNextTokenDistributions:
         """Exact ∞-gram next-token distributions of the contexts rows[i, starts[i]:], one request."""
-        from .remote import ntd_result
-
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
         n, width = rows.shape
@@ -64,3 +59,10 @@ class RemoteRowStates:
         self.stats["looked_up"] += len(other)
         self._prev = (rows, starts, np.asarray(states, dtype=np.int64))
         return ntd_result(answer)
+
+
+def ntd_result(a: dict) -> BatchNextTokenDistributions:
+    """The distributions of an answer's arrays (ops ntd, cache_ntd, rows_ntd)."""
+    return BatchNextTokenDistributions(offsets=a["offsets"].astype(np.int64), token_ids=a["token_ids"],
+                                       counts=a["counts"], total=a["total"], suffix_len=a["suffix_len"],
+                                       sparse=a["sparse"].astype(bool), approximate=a["approximate"].astype(bool))
