@@ -205,6 +205,14 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return rss / 1024, pss / 1024
 
 
+def rss_slope(mem: list) -> float:
+    """Least-squares slope of the server's RSS over the run, in MiB per minute (flat: about 0)."""
+    if len(mem) < 2:
+        return 0.0
+    t = np.array([m[0] for m in mem]) - mem[0][0]
+    return float(np.polyfit(t / 60.0, np.array([m[1] for m in mem]), 1)[0])
+
+
 class MemorySampler(threading.Thread):
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -315,7 +323,7 @@ def main() -> None:
         mem = sampler.samples or [(time.time(),) + memory_mib(server.pid)]
         res["server_memory_mib"] = {"first_rss": mem[0][1], "last_rss": mem[-1][1], "max_rss": max(m[1] for m in mem),
                                     "first_pss": mem[0][2], "last_pss": mem[-1][2], "max_pss": max(m[2] for m in mem),
-                                    "samples": len(mem),
+                                    "samples": len(mem), "rss_slope_mib_per_min": rss_slope(mem),
                                     "series": [[round(t - mem[0][0], 1), round(r, 1), round(q, 1)] for t, r, q in mem]}
         from infinigram_hf import InfiniGramIndex
         local, remote = InfiniGramIndex.open(index_dir), InfiniGramIndex.open(url)

@@ -104,9 +104,11 @@ class InfiniGramLogitsProcessor(_Base):
         self._last_rows: Optional[np.ndarray] = None  # only for the right-padding check (see _check_not_right_padded)
         # Keyed by context (never by call order): rejected drafts and reordered beams stay correct.
         self._cache = index.suffix_cache(max_distributions=int_arg("cache_size", cache_size, 0))
-        # the rows that grew by one token: one C call per step (a local index's decoding states; a
-        # RemoteIndex or DifferenceIndex answers through its cache, one request per step)
-        self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else None
+        # the rows that grew by one token: one C call per step (a local index's decoding states),
+        # or one request sending states and tails (a RemoteIndex: RemoteRowStates); a
+        # DifferenceIndex answers through its cache
+        self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else \
+            getattr(self._cache, "row_states", lambda: None)()
 
     # ------------------------------------------------------------ contexts
 

@@ -6,7 +6,7 @@
 The `LogitsProcessor`, `perplexity()`, the drafter and `InfiniGramLM.score` take it where they
 take a local index. Batched queries travel as numpy arrays (`infinigram_hf.index.wire`), and a
 decoding step of the processor is one request for the whole batch (the server keeps the
-`SuffixCache`). Connections are pooled and kept alive (http.client: `http_pool`); every query is
+`SuffixCache`). Connections are pooled and kept alive (`http_pool`: sockets of the standard library, one write a request); every query is
 idempotent and is retried with backoff on a refused or dropped connection or a 503; a dead or
 slow server raises `InfiniGramError` within ``timeout`` seconds (each socket operation is
 bounded by the time left).
@@ -29,6 +29,7 @@ from . import wire
 from .batch import as_batch
 from .facts import IndexFacts
 from .http_pool import Pool, Response
+from .remote_rows import RemoteRowStates, ntd_result
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, Document, NextTokenDistribution,
                       ProbResult, ScoreResult)
 from .search import DocumentMatch, SearchResult
@@ -200,7 +201,7 @@ class RemoteIndex(IndexFacts):
                           **kw: Any) -> BatchNextTokenDistributions:
         a = self.call("ntd", {"infinite": bool(infinite), "max_support": max_support},
                       self._batch(prompts, kw, "prompts"))[1]
-        return _ntd(a)
+        return ntd_result(a)
 
     def infgram_ntd(self, prompt: Any, *, max_support: Optional[int] = None) -> NextTokenDistribution:
         return self.infgram_ntd_batch([as_ids(prompt, "prompt")], max_support=max_support)[0]
@@ -276,6 +277,15 @@ class RemoteSuffixCache:
     def clear(self) -> None:
         """Nothing is kept on this side."""
 
+    def row_states(self) -> Optional[RemoteRowStates]:
+        """The rows' states of a decoding batch kept on this side (`RemoteRowStates`: a step
+        sends states and tails, not whole contexts), or None when the server cannot take them
+        (an index without a native handle, or a server without the op)."""
+        info = self.index.info
+        if not info.get("native") or "rows_ntd" not in info.get("ops", ()):
+            return None
+        return RemoteRowStates(self.index)
+
     def _call(self, op: str, contexts: Any, kw: dict, extra: Optional[dict] = None) -> dict:
         arrays = self.index._batch(contexts, kw, "contexts")
         arrays.update(extra or {})
@@ -283,7 +293,7 @@ class RemoteSuffixCache:
         return self.index.call(op, {}, arrays)[1]
 
     def ntd_batch(self, contexts: Any, **batch_kw: Any) -> BatchNextTokenDistributions:
-        return _ntd(self._call("cache_ntd", contexts, batch_kw))
+        return ntd_result(self._call("cache_ntd", contexts, batch_kw))
 
     def ntd(self, context: Any) -> NextTokenDistribution:
         return self.ntd_batch([as_ids(context, "context")])[0]
@@ -304,12 +314,6 @@ class RemoteSuffixCache:
 
     def state(self, context: Any) -> DecodingState:
         return DecodingState(self.states([as_ids(context, "context")])[0])
-
-
-def _ntd(a: dict) -> BatchNextTokenDistributions:
-    return BatchNextTokenDistributions(offsets=a["offsets"].astype(np.int64), token_ids=a["token_ids"],
-                                       counts=a["counts"], total=a["total"], suffix_len=a["suffix_len"],
-                                       sparse=a["sparse"].astype(bool), approximate=a["approximate"].astype(bool))
 
 
 def _jsonable(x: Any) -> Any:

@@ -14,9 +14,33 @@ from typing import Optional
 
 import numpy as np
 
-from .._core.native import check, err_buffer, lib, ptr
 from .results import BatchNextTokenDistributions
-from .states import SuffixCache, states_ntd
+from .states import SuffixCache, extend_states, states_ntd
+
+
+Prev = Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (rows, context starts, states) of a step
+
+
+def grown_rows(prev: Prev, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Which rows are the row of the previous step `prev` plus one token, with the same context
+    start (a boolean mask; all False on the first step or when the batch's shape changed)."""
+    n, width = rows.shape
+    if prev is None or width < 1 or prev[0].shape != (n, width - 1):
+        return np.zeros(n, dtype=bool)
+    return (starts == prev[1]) & (starts < width) & (rows[:, :-1] == prev[0]).all(axis=1)
+
+
+def state_tails(rows: np.ndarray, starts: np.ndarray, ext: np.ndarray, prev_states: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """What extending rows `ext` by their last token reads: each row's matched suffix and the new
+    token (its last ``suffix_len + 1`` ids, within its context), as (uint32 values, offsets)."""
+    width = rows.shape[1]
+    need = np.minimum(prev_states[:, 0] + 1, width - starts[ext])
+    offs = np.zeros(len(ext) + 1, dtype=np.int64)
+    np.cumsum(need, out=offs[1:])
+    row_of = np.repeat(ext, need)
+    col = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], need) + np.repeat(width - need, need)
+    return np.ascontiguousarray(rows[row_of, col], dtype=np.uint32), offs
 
 
 class RowStates:
@@ -30,7 +54,7 @@ class RowStates:
         self.cache = cache
         self.index = cache.index
         # the previous step: (rows, context starts, states), or None
-        self._prev: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+        self._prev: Prev = None
         self.stats = {"extended": 0, "looked_up": 0}  # rows by path, over all steps
 
     def reset(self) -> None:
@@ -39,11 +63,7 @@ class RowStates:
     def grown_rows(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Which rows are the previous step's same row plus one token, with the same context start
         (a boolean mask; all False on the first step or when the batch's shape changed)."""
-        prev = self._prev
-        n, width = rows.shape
-        if prev is None or width < 1 or prev[0].shape != (n, width - 1):
-            return np.zeros(n, dtype=bool)
-        return (starts == prev[1]) & (starts < width) & (rows[:, :-1] == prev[0]).all(axis=1)
+        return grown_rows(self._prev, rows, starts)
 
     def states(self, rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """The states of the contexts rows[i, starts[i]:] as an (n, state size) int64 array."""
@@ -55,20 +75,8 @@ class RowStates:
         ext = np.flatnonzero(grown)
         if len(ext):
             prev_states = self._prev[2][ext]
-            # each extension reads the matched suffix and the new token: the row's last tokens
-            need = np.minimum(prev_states[:, 0] + 1, width - starts[ext])
-            offs = np.zeros(len(ext) + 1, dtype=np.int64)
-            np.cumsum(need, out=offs[1:])
-            row_of = np.repeat(ext, need)
-            col = np.arange(offs[-1], dtype=np.int64) - np.repeat(offs[:-1], need) + np.repeat(width - need, need)
-            values = np.ascontiguousarray(rows[row_of, col], dtype=np.uint32)
-            res = np.zeros_like(prev_states)
-            err = err_buffer()
-            with self.index.native_handle() as ix:
-                rc = lib.ig_state_extend_batch(ix, ptr(prev_states, "int64_t"), ptr(values, "uint32_t"), len(values),
-                                               ptr(offs, "int64_t"), len(ext), ptr(res, "int64_t"), 0, err, len(err))
-            check(rc, err)
-            out[ext] = res
+            values, offs = state_tails(rows, starts, ext, prev_states)
+            out[ext] = extend_states(self.index, prev_states, values, offs)
             self.stats["extended"] += len(ext)
         other = np.flatnonzero(~grown)
         if len(other):
@@ -83,4 +91,4 @@ class RowStates:
         return states_ntd(self.index, self.states(rows, starts), max_support=self.cache.max_support or None)
 
 
-__all__ = ["RowStates"]
+__all__ = ["RowStates", "grown_rows", "state_tails"]

@@ -5,7 +5,8 @@ infgram_prob_batch, infgram_ntd_batch, score_batch, search_docs, get_doc, the me
 properties); a fan-out over several machines qualifies. Endpoints (docs/SERVING.md):
 
     POST /                          the official infini-gram API's JSON shape
-    POST /v1/{name}/op/{op}         batched ops, binary numpy body (infinigram_hf.index.wire)
+    POST /v1/{name}/op/{op}         batched ops, binary numpy body (infinigram_hf.index.wire);
+                                    plain ASGI, beside starlette (BinaryOps)
     POST /v1/{name}/search          document search (JSON)
     GET  /v1/{name}/doc/{doc_id}    one document with its metadata
     GET  /v1/{name}/info, /info     metadata;   GET /health;   GET /metrics (Prometheus)
@@ -54,6 +55,23 @@ def _error(status: int, message: str, headers: Optional[dict] = None) -> JSONRes
     return JSONResponse({"error": message}, status, headers=headers)
 
 
+def _failure(exc: Exception, where: str) -> tuple[int, str, Optional[dict]]:
+    """(status, message, headers) of a request that raised `exc`: 4xx for bad input, 499 for a
+    client that went away, 500 (logged, never sent as a traceback) for a bug."""
+    if isinstance(exc, HTTPError):
+        return exc.status, exc.message, exc.headers
+    if isinstance(exc, (ValueError, wire.WireError)):
+        return 400, str(exc), None
+    if isinstance(exc, TypeError):  # wrong JSON types reaching an argument check
+        return 400, f"bad argument: {exc}", None
+    if isinstance(exc, InfiniGramError):
+        return 422, str(exc), None
+    if isinstance(exc, ClientDisconnect):
+        return 499, "", None
+    log.exception("internal error in %s", where, exc_info=exc)
+    return 500, "internal error (logged by the server)", None
+
+
 class _Guard:
     """The outermost ASGI layer: API-key check and the in-flight cap (503 + Retry-After).
     /health is always open (load balancers probe it); /metrics needs the key like the rest."""
@@ -86,35 +104,68 @@ class _Guard:
             self.inflight -= 1
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 past `limit` bytes (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise HTTPError(400, "bad Content-Length")
-        if int(declared) > limit:
-            raise HTTPError(413, f"the body ({declared} bytes) is larger than the server's {limit} (--max-body)")
+async def _asgi_body(scope: dict, receive: Any, limit: int) -> bytes:
+    """The request body read from ASGI messages, refused with 413 past `limit` bytes (declared
+    or streamed); ClientDisconnect when the client goes away first."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            if not value.isdigit():
+                raise HTTPError(400, "bad Content-Length")
+            if int(value) > limit:
+                raise HTTPError(413, f"the body ({int(value)} bytes) is larger than the server's {limit} (--max-body)")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise HTTPError(413, f"the body is larger than the server's {limit} bytes (--max-body)")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+_WIRE_CTYPE = wire.CONTENT_TYPE.encode()
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+class BinaryOps:
+    """ASGI layer that answers /v1/{name}/op/{op} itself and passes every other path on.
+
+    The binary ops carry decoding loops, one request a step: starlette's router, middleware
+    stack, Request and Response objects cost more server CPU than such a step's query, so these
+    requests skip them (same checks, errors and metrics as the starlette endpoints)."""
+
+    def __init__(self, app: Any, handle: Callable[..., Awaitable[None]]):
+        self.app, self.handle = app, handle
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            parts = scope["path"].split("/")
+            if len(parts) == 5 and parts[1] == "v1" and parts[3] == "op" and parts[2] and parts[4]:
+                return await self.handle(scope, receive, send, parts[2], parts[4])
+        await self.app(scope, receive, send)
 
 
 # The ops of decoding steps: a few binary searches per row (an extension of a cached state), plus
 # for cache_ntd a distribution that is bounded by the vocabulary and cached by state. Small
 # requests of them run on the event loop itself; everything else goes to a worker thread.
-INLINE_OPS = frozenset({"count", "prob", "suffix_len", "states", "cache_prob", "cache_ntd"})
+INLINE_OPS = frozenset({"count", "prob", "suffix_len", "states", "cache_prob", "cache_ntd", "rows_ntd"})
 INLINE_MAX_ROWS = 64
 INLINE_MAX_TOKENS = 1 << 13
 
 
 def _small(arrays: dict) -> bool:
-    values, offsets = arrays.get("values"), arrays.get("offsets")
-    return values is not None and offsets is not None and len(values) <= INLINE_MAX_TOKENS \
-        and len(offsets) <= INLINE_MAX_ROWS + 1
+    """A request of a few rows and tokens (rows_ntd: rows in ``grown``, tokens in both parts)."""
+    offsets, grown = arrays.get("offsets"), arrays.get("grown")
+    rows = len(grown) if grown is not None else len(offsets) - 1 if offsets is not None else None
+    tokens = sum(len(arrays[k]) for k in ("values", "tail_values") if k in arrays)
+    return rows is not None and rows <= INLINE_MAX_ROWS and tokens <= INLINE_MAX_TOKENS
 
 
 def _json_body(raw: bytes) -> dict:
@@ -170,42 +221,48 @@ def build_app(indexes: Mapping[str, Any], *, limits: Limits = Limits(), api_key:
                 name = label(request)
                 try:
                     resp = await fn(request)
-                except HTTPError as exc:
-                    resp = _error(exc.status, exc.message, exc.headers)
-                except (ValueError, wire.WireError) as exc:
-                    resp = _error(400, str(exc))
-                except TypeError as exc:  # wrong JSON types reaching an argument check
-                    resp = _error(400, f"bad argument: {exc}")
-                except InfiniGramError as exc:
-                    resp = _error(422, str(exc))
-                except ClientDisconnect:
-                    resp = Response(status_code=499)
-                except Exception:  # a bug: logged here, never sent to the client
-                    log.exception("internal error in %s", name)
-                    resp = _error(500, "internal error (logged by the server)")
+                except Exception as exc:  # noqa: BLE001 - mapped to a status by _failure
+                    status, message, headers = _failure(exc, name)
+                    resp = Response(status_code=499) if status == 499 else _error(status, message, headers)
                 metrics.observe(name, resp.status_code, time.perf_counter() - t0)
                 return resp
             return handler
         return wrap
 
-    @endpoint(lambda r: "op:" + (r.path_params["op"] if r.path_params["op"] in OPS else "unknown"))
-    async def op(request: Request) -> Response:
-        s = lookup(request.path_params["name"])
-        fn = OPS.get(request.path_params["op"])
-        if fn is None:
-            raise HTTPError(404, f"no op {request.path_params['op']!r}; ops: {sorted(OPS)}")
-        params, arrays = wire.decode(await _body(request, limits.max_body_bytes))
-        if request.path_params["op"] in INLINE_OPS and _small(arrays):
-            # A decoding step's query takes microseconds: handing it to a worker thread and back
-            # cost more than the query (about 0.8 ms of CPU a request, measured), so it runs here.
-            out_params, out_arrays = fn(s, params, arrays)
-        else:
-            out_params, out_arrays = await run_query(lambda: fn(s, params, arrays))
-        return Response(wire.encode(out_params, out_arrays), media_type=wire.CONTENT_TYPE)
+    async def binary_op(scope: dict, receive: Any, send: Any, name: str, op_name: str) -> None:
+        """POST /v1/{name}/op/{op} as plain ASGI (see BinaryOps): the body, the op, the answer."""
+        t0 = time.perf_counter()
+        label = "op:" + (op_name if op_name in OPS else "unknown")
+        try:
+            if scope["method"] != "POST":
+                raise HTTPError(405, f"{scope['method']} is not allowed here: POST a {wire.CONTENT_TYPE} body",
+                                {"Allow": "POST"})
+            s = lookup(name)
+            fn = OPS.get(op_name)
+            if fn is None:
+                raise HTTPError(404, f"no op {op_name!r}; ops: {sorted(OPS)}")
+            params, arrays = wire.decode(await _asgi_body(scope, receive, limits.max_body_bytes))
+            if op_name in INLINE_OPS and _small(arrays):
+                # A decoding step's query takes microseconds: handing it to a worker thread and back
+                # cost more than the query (about 0.8 ms of CPU a request, measured), so it runs here.
+                out_params, out_arrays = fn(s, params, arrays)
+            else:
+                out_params, out_arrays = await run_query(lambda: fn(s, params, arrays))
+            status, body, ctype, extra = 200, wire.encode(out_params, out_arrays), _WIRE_CTYPE, None
+        except Exception as exc:  # noqa: BLE001 - mapped to a status by _failure
+            status, message, extra = _failure(exc, label)
+            body, ctype = (b"", None) if status == 499 else (_json_bytes({"error": message}), b"application/json")
+        metrics.observe(label, status, time.perf_counter() - t0)
+        if status == 499:
+            return  # nobody to answer
+        headers = [(b"content-type", ctype), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (extra or {}).items()]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     @endpoint(lambda r: "official")
     async def official_api(request: Request) -> Response:
-        payload = _json_body(await _body(request, limits.max_body_bytes))
+        payload = _json_body(await _asgi_body(request.scope, request.receive, limits.max_body_bytes))
         name = payload.get("index", payload.get("corpus"))
         if not isinstance(name, str):
             raise HTTPError(400, f"index must be a string naming one of {sorted(served)}")
@@ -215,7 +272,7 @@ def build_app(indexes: Mapping[str, Any], *, limits: Limits = Limits(), api_key:
     @endpoint(lambda r: "search")
     async def search(request: Request) -> Response:
         s = lookup(request.path_params["name"])
-        p = _json_body(await _body(request, limits.max_body_bytes))
+        p = _json_body(await _asgi_body(request.scope, request.receive, limits.max_body_bytes))
         unknown = set(p) - {"query", "maxnum", "max_clause_freq", "max_diff_tokens", "seed", "max_spans"}
         if unknown:
             raise HTTPError(400, f"unknown fields {sorted(unknown)}")
@@ -269,11 +326,10 @@ def build_app(indexes: Mapping[str, Any], *, limits: Limits = Limits(), api_key:
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/info", info, methods=["GET"]),
         Route("/v1/{name}/info", index_info, methods=["GET"]),
-        Route("/v1/{name}/op/{op}", op, methods=["POST"]),
         Route("/v1/{name}/search", search, methods=["POST"]),
         Route("/v1/{name}/doc/{doc_id:int}", doc, methods=["GET"]),
     ]
-    app: Any = Starlette(routes=routes)
+    app: Any = BinaryOps(Starlette(routes=routes), binary_op)
     if cors_origins:  # none unless asked (--cors-origin)
         from starlette.middleware.cors import CORSMiddleware
         app = CORSMiddleware(app, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],

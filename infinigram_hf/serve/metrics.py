@@ -26,12 +26,22 @@ class Metrics:
         self.latency = Histogram("infinigram_request_seconds", "Request latency by endpoint", ["endpoint"],
                                  buckets=BUCKETS, **kw)
 
+        self._children: dict = {}  # (endpoint, status) -> (counter, histogram): labels() once each
+
+    def _child(self, endpoint: str, status: int) -> tuple:
+        c = self._children.get((endpoint, status))
+        if c is None:
+            c = self._children[(endpoint, status)] = (self.requests.labels(endpoint, str(status)),
+                                                      self.latency.labels(endpoint))
+        return c
+
     def count(self, endpoint: str, status: int) -> None:
-        self.requests.labels(endpoint, str(status)).inc()
+        self._child(endpoint, status)[0].inc()
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
-        self.requests.labels(endpoint, str(status)).inc()
-        self.latency.labels(endpoint).observe(seconds)
+        counter, histogram = self._child(endpoint, status)
+        counter.inc()
+        histogram.observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest

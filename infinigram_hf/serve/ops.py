@@ -16,6 +16,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..index.states import extend_states, states_ntd
+
 Arrays = dict[str, np.ndarray]
 Result = tuple[dict[str, Any], Arrays]
 
@@ -77,6 +79,7 @@ class ServedIndex:
                     "num_shards", "state_size", "tokenizer_name", "vocab_fingerprint"):
             out[key] = getattr(ix, key, None)
         out["native"] = hasattr(ix, "native_handle")
+        out["ops"] = sorted(OPS)
         metas = getattr(ix, "metas", None)
         # the build metadata, without host paths (the server never says where its files are)
         out["metas"] = [{k: v for k, v in m.items() if "path" not in k and "dir" not in k} for m in metas or []]
@@ -119,9 +122,9 @@ class ServedIndex:
 
     # ------------------------------------------------------------ helpers
 
-    def batch(self, arrays: Arrays, name: str = "values") -> tuple[np.ndarray, np.ndarray]:
+    def batch(self, arrays: Arrays, name: str = "values", offsets: str = "offsets") -> tuple[np.ndarray, np.ndarray]:
         values = _array(arrays, name)
-        offsets = _array(arrays, "offsets")
+        offsets = _array(arrays, offsets)
         if len(offsets) - 1 > self.limits.max_batch:
             raise ValueError(f"at most {self.limits.max_batch} rows per request (--max-batch), got {len(offsets) - 1}")
         return values, offsets
@@ -199,6 +202,36 @@ def op_states(s: ServedIndex, p: dict, a: Arrays) -> Result:
     return {}, {"states": s.cache().states(v, offsets=o)}
 
 
+def op_rows_ntd(s: ServedIndex, p: dict, a: Arrays) -> Result:
+    """A decoding step of a batch whose client keeps the rows' states (`RemoteRowStates`): rows
+    marked ``grown`` are the previous step's row plus one token, sent as their state and their
+    tail (``tail_values``/``tail_offsets``: the matched suffix and the new token); the other rows
+    are sent whole (``values``/``offsets``) and found through the server's cache. The answer is
+    every row's new state and its next-token distribution: the same as op_cache_ntd on the whole
+    contexts, for about one binary search per row and a few hundred bytes."""
+    grown = _array(a, "grown", "bu").astype(bool)
+    n, size = len(grown), s.index.state_size
+    if n > s.limits.max_batch:
+        raise ValueError(f"at most {s.limits.max_batch} rows per request (--max-batch), got {n}")
+    ext, other = np.flatnonzero(grown), np.flatnonzero(~grown)
+    out = np.zeros((n, size), dtype=np.int64)
+    if len(ext):
+        states = _array(a, "states", "i", ndim=2)
+        if states.shape != (len(ext), size):
+            raise ValueError(f"states must be ({len(ext)}, {size}) for the {len(ext)} grown rows, got {states.shape}")
+        tv, to = s.batch(a, "tail_values", "tail_offsets")
+        if len(to) != len(ext) + 1:
+            raise ValueError(f"tail_offsets must hold {len(ext) + 1} values (one tail per grown row), got {len(to)}")
+        out[ext] = extend_states(s.index, states, tv, to)
+    if len(other):
+        values, offsets = s.batch(a)
+        if len(offsets) != len(other) + 1:
+            raise ValueError(f"offsets must hold {len(other) + 1} values (one context per other row), got {len(offsets)}")
+        out[other] = s.cache().states(values, offsets=offsets)
+    d = states_ntd(s.index, out, max_entries=s.limits.max_ntd_entries)
+    return {}, {**_ntd_arrays(d), "states": out}
+
+
 def _state(s: ServedIndex, a: Arrays) -> np.ndarray:
     st = _array(a, "state")
     size = s.index.state_size
@@ -260,7 +293,7 @@ def op_lm_distribution(s: ServedIndex, p: dict, a: Arrays) -> Result:
 
 OPS: dict[str, Callable[[ServedIndex, dict, Arrays], Result]] = {
     "count": op_count, "prob": op_prob, "ntd": op_ntd, "score": op_score, "suffix_len": op_suffix_len,
-    "cache_ntd": op_cache_ntd, "cache_prob": op_cache_prob, "states": op_states,
+    "cache_ntd": op_cache_ntd, "cache_prob": op_cache_prob, "states": op_states, "rows_ntd": op_rows_ntd,
     "draft_step": op_draft_step, "draft_chain": op_draft_chain, "draft_children": op_draft_children,
     "draft_tree": op_draft_tree, "lm_score": op_lm_score, "lm_distribution": op_lm_distribution,
 }

@@ -1,4 +1,5 @@
-"""Running the app: uvicorn (h11 with a header-read deadline), one or several worker processes.
+"""Running the app: uvicorn (httptools and uvloop when installed, else h11 and asyncio; either with a
+header-read deadline), one or several worker processes.
 
 Each worker opens the indexes itself (an mmap: the page cache holds the files once, whatever the
 number of workers). Workers are started by uvicorn from an import string, so the configuration
@@ -49,17 +50,20 @@ def serve(indexes: dict[str, str], *, host: str = "127.0.0.1", port: int = 8000,
     """Serve {name: index directory} until interrupted."""
     import uvicorn
 
+    from .protocol import HEADER_TIMEOUT_ENV, best_protocol
+
     os.environ[CONFIG_ENV] = json.dumps({"indexes": indexes, "limits": asdict(limits), "api_key": api_key,
                                          "cors_origins": list(cors_origins), "threads": threads})
-    os.environ["INFINIGRAM_SERVE_HEADER_TIMEOUT"] = str(header_timeout)
+    os.environ[HEADER_TIMEOUT_ENV] = str(header_timeout)
     metrics_dir = None
     if workers > 1:  # every worker's counts in every scrape (prometheus_client multiprocess mode)
         metrics_dir = tempfile.mkdtemp(prefix="infinigram-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     try:
         uvicorn.run("infinigram_hf.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    http="infinigram_hf.serve.protocol:H11WithHeaderTimeout", log_level=log_level,
-                    timeout_keep_alive=5, access_log=False)
+                    http=best_protocol(), loop="auto", log_level=log_level,
+                    timeout_keep_alive=5, access_log=False, proxy_headers=False,
+                    server_header=False)
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)

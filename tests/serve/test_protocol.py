@@ -11,7 +11,10 @@ pytest.importorskip("uvicorn")
 from uvicorn.config import Config  # noqa: E402
 from uvicorn.server import ServerState  # noqa: E402
 
-from infinigram_hf.serve.protocol import H11WithHeaderTimeout  # noqa: E402
+from infinigram_hf.serve.protocol import (H11WithHeaderTimeout, HEADER_TIMEOUT_ENV,  # noqa: E402
+                                          HttpToolsWithHeaderTimeout, best_protocol)
+
+PROTOCOLS = [H11WithHeaderTimeout] + ([HttpToolsWithHeaderTimeout] if HttpToolsWithHeaderTimeout else [])
 
 
 class _Transport(asyncio.Transport):
@@ -35,9 +38,13 @@ class _Transport(asyncio.Transport):
         pass
 
 
-def test_connections_get_tcp_nodelay_and_a_header_deadline() -> None:
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda c: c.__name__)
+def test_connections_get_tcp_nodelay_and_a_header_deadline(protocol, monkeypatch) -> None:
     """Regression: with --workers 2 answers waited ~48 ms each for a delayed ACK (Nagle's
-    algorithm on the accepted sockets); every connection now sets TCP_NODELAY."""
+    algorithm on the accepted sockets); every connection now sets TCP_NODELAY. Regression: the
+    deadline was read when the module was imported, before the serve command set it (it stayed
+    at 10 s whatever --header-timeout said); it is now read when a timer is armed."""
+    monkeypatch.setenv(HEADER_TIMEOUT_ENV, "3.5")
     loop = asyncio.new_event_loop()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -49,13 +56,14 @@ def test_connections_get_tcp_nodelay_and_a_header_deadline() -> None:
         async def app(scope, receive, send):  # never called: no request is sent
             raise AssertionError
 
-        config = Config(app=app, http=H11WithHeaderTimeout, log_level="warning")
+        config = Config(app=app, http=protocol, log_level="warning")
         config.load()
-        proto = H11WithHeaderTimeout(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+        proto = protocol(config=config, server_state=ServerState(), app_state={}, _loop=loop)
         transport = _Transport(conn)
         proto.connection_made(transport)
         assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         assert proto._head_timer is not None  # armed until a request head arrives
+        assert 3.0 < proto._head_timer.when() - loop.time() <= 3.5  # the configured deadline
         proto._head_too_slow()
         assert transport.closed
         proto.connection_lost(None)
@@ -63,3 +71,10 @@ def test_connections_get_tcp_nodelay_and_a_header_deadline() -> None:
         for s in (client, conn, server):
             s.close()
         loop.close()
+
+
+def test_httptools_is_used_when_installed() -> None:
+    """The serve command runs uvicorn with the C parser (httptools) when it is installed: h11,
+    pure Python, cost more server CPU than a decoding step's query (eval/RESULTS.md)."""
+    pytest.importorskip("httptools")
+    assert best_protocol().endswith(":HttpToolsWithHeaderTimeout")

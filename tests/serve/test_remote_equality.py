@@ -116,6 +116,36 @@ def test_decoding_cache_equals_in_process(remote, num_index) -> None:
         _same_ntd(rc.ntd(doc), num_index.infgram_ntd(doc))
 
 
+def test_row_states_kept_by_the_client_equal_in_process(remote, num_index) -> None:
+    """RemoteRowStates (op rows_ntd: grown rows sent as state + tail) against the local RowStates
+    and plain batches, over steps that grow every row, roll some back, reorder them, pad them on
+    the left and start a new context mid-batch."""
+    from infinigram_hf.index.remote_rows import RemoteRowStates
+    from infinigram_hf.index.row_states import RowStates
+
+    rows_r = remote.suffix_cache().row_states()
+    assert isinstance(rows_r, RemoteRowStates)
+    rows_l = RowStates(num_index.suffix_cache())
+    rng = np.random.default_rng(5)
+    docs = [d for d in DOCS if len(d) >= 20][:4]
+    width = 6
+    for step in range(40):
+        if step % 9 == 8:
+            width = max(2, width - 3)  # a rejected draft: every row rolls back
+        else:
+            width += 1
+        rows = np.stack([np.asarray(d[:width] if width <= len(d) else d + [0] * (width - len(d))) for d in docs])
+        if step % 13 == 12:
+            rows = rows[::-1].copy()  # beams reordered
+        starts = np.minimum(rng.integers(0, 3, len(rows)) * (step % 5 == 0), width - 1)  # left padding / new context
+        a, b = rows_r.ntd(rows, starts), rows_l.ntd(rows, starts)
+        _same_batch(a, b, ("offsets", "token_ids", "counts", "total", "suffix_len", "sparse"))
+        plain = num_index.infgram_ntd_batch(rows, lengths=width - starts, padding_side="left")
+        _same_batch(a, plain, ("offsets", "token_ids", "counts", "total", "suffix_len"))
+    assert rows_r.stats["extended"] > 0 and rows_r.stats["looked_up"] > 0
+    assert rows_r.stats["requests"] == 40  # one request per step, whatever the batch
+
+
 def test_documents_and_search_with_metadata(remote, num_index) -> None:
     for i in (0, 17, len(DOCS) - 1):
         a, b = remote.get_doc(i), num_index.get_doc(i)
@@ -156,6 +186,7 @@ def test_processor_over_remote_gives_the_same_tokens(remote_code, tiny_index, ti
             outs.append(tiny_model.generate(**enc, logits_processor=LogitsProcessorList([proc]), max_new_tokens=8,
                                             pad_token_id=0, **kw))
     assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[3])
+    assert proc._rows.stats["extended"] > 0  # the remote steps sent states and tails, not whole contexts
 
 
 def test_speculative_decoding_over_remote_gives_the_same_tokens(remote_code, tiny_index, tiny_model,

@@ -78,6 +78,15 @@ def test_bad_input_is_a_4xx_with_a_message(server) -> None:
         ("lm_score", wire.encode({"options": {"smoothing": 1}}, {"ids": np.array([1, 2])})),
         ("lm_score", wire.encode({"method": "nope"}, {"ids": np.array([1, 2])})),
         ("nope", wire.encode({}, good)),
+        # rows_ntd: a state the C core refuses, shapes that disagree with the rows
+        ("rows_ntd", wire.encode({}, {"grown": np.array([True]), "states": np.array([[5, 1, 0, 10 ** 9]]),
+                                      "tail_values": np.array([1, 2], np.uint32), "tail_offsets": np.array([0, 2])})),
+        ("rows_ntd", wire.encode({}, {"grown": np.array([True]), "states": np.array([[0, 1]]),
+                                      "tail_values": np.array([1], np.uint32), "tail_offsets": np.array([0, 1])})),
+        ("rows_ntd", wire.encode({}, {"grown": np.array([False, False]), **good})),
+        ("rows_ntd", wire.encode({}, {"grown": np.array([1.0]), **good})),
+        ("rows_ntd", wire.encode({}, {"grown": np.zeros(101, bool), "values": np.zeros(0, np.uint32),
+                                      "offsets": np.zeros(102, np.int64)})),  # > max-batch
     ]
     for op, body in cases:
         r = _op(server, op, body)
@@ -96,6 +105,25 @@ def test_bad_input_is_a_4xx_with_a_message(server) -> None:
         r = httpx.get(server.url + path, headers=AUTH, timeout=30)
         assert 400 <= r.status_code < 500, (path, r.status_code)
         assert "vocab_size" not in r.text  # no file of the index (or anything else) is ever sent
+    _healthy(server)
+
+
+def test_binary_op_paths_answer_like_the_other_endpoints(server) -> None:
+    """The op endpoint is plain ASGI beside starlette (BinaryOps): a wrong method, an unknown index
+    or op, a missing key get the same JSON errors as starlette's endpoints, and are counted."""
+    body = wire.encode({}, {"values": np.array([1], np.uint32), "offsets": np.array([0, 1])})
+    r = httpx.get(f"{server.url}/v1/ix/op/count", headers=AUTH, timeout=30)
+    assert r.status_code == 405 and r.headers["allow"] == "POST" and "POST" in r.json()["error"]
+    r = httpx.post(f"{server.url}/v1/missing/op/count", content=body, headers=AUTH, timeout=30)
+    assert r.status_code == 404 and "no index named 'missing'" in r.json()["error"]
+    r = httpx.post(f"{server.url}/v1/ix/op/count", content=body, timeout=30)
+    assert r.status_code == 401
+    r = _op(server, "count", body)
+    assert r.status_code == 200 and r.headers["content-type"] == wire.CONTENT_TYPE
+    assert int(r.headers["content-length"]) == len(r.content)
+    m = httpx.get(server.url + "/metrics", headers=AUTH, timeout=10).text
+    assert 'infinigram_requests_total{endpoint="op:count",status="405"}' in m
+    assert 'infinigram_requests_total{endpoint="op:count",status="200"}' in m
     _healthy(server)
 
 
@@ -186,6 +214,25 @@ def test_slow_clients_are_disconnected(server) -> None:
     finally:
         idle.close()
         slow.close()
+    _healthy(server)
+
+
+def test_huge_request_heads_close_the_connection(server) -> None:
+    """Regression: under httptools (no head cap of its own) a 200 kB header block was read into
+    memory; past 64 KiB of head the connection is now closed (h11 refuses past 16 KiB)."""
+    host, port = server.url.rsplit("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        closed = False
+        try:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            for _ in range(200):
+                s.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+            s.sendall(b"\r\n")
+            answer = s.recv(65536)
+            closed = answer == b"" or not answer.startswith(b"HTTP/1.1 200")
+        except OSError:  # reset or broken pipe: closed by the server
+            closed = True
+        assert closed
     _healthy(server)
 
 
