@@ -127,6 +127,9 @@ class RemoteIndex(IndexFacts):
 
     def call(self, op: str, params: dict, arrays: dict) -> tuple[dict, dict]:
         """One batched op on the server (see infinigram_hf.serve.ops): (params, arrays) back."""
+        identity = self.info.get("identity")
+        if identity is not None:  # the server refuses it (409) if its index is no longer this one
+            params = {**params, "identity": identity}
         r = self._request("POST", f"/op/{op}", content=wire.encode(params, arrays))
         try:
             return wire.decode(r.content)

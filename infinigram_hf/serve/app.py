@@ -72,6 +72,17 @@ def _failure(exc: Exception, where: str) -> tuple[int, str, Optional[dict]]:
     return 500, "internal error (logged by the server)", None
 
 
+def _check_identity(s: ServedIndex, params: dict) -> None:
+    """A client's ops carry the index identity it read from /info: another index's answers (a
+    server restarted on other files under the same name) would be wrong for the decoding states
+    and the metadata it keeps, so such a request is refused (409), never answered."""
+    given = params.pop("identity", None) if isinstance(params, dict) else None
+    if given is not None and s.identity is not None and given != s.identity:
+        raise HTTPError(409, f"index {s.name!r} on this server is not the one this client opened (its files "
+                             "changed, or the server restarted on other files): decoding states and metadata "
+                             "the client holds are void; open the remote index again")
+
+
 class _Guard:
     """The outermost ASGI layer: API-key check and the in-flight cap (503 + Retry-After).
     /health is always open (load balancers probe it); /metrics needs the key like the rest."""
@@ -242,6 +253,7 @@ def build_app(indexes: Mapping[str, Any], *, limits: Limits = Limits(), api_key:
             if fn is None:
                 raise HTTPError(404, f"no op {op_name!r}; ops: {sorted(OPS)}")
             params, arrays = wire.decode(await _asgi_body(scope, receive, limits.max_body_bytes))
+            _check_identity(s, params)
             if op_name in INLINE_OPS and _small(arrays):
                 # A decoding step's query takes microseconds: handing it to a worker thread and back
                 # cost more than the query (about 0.8 ms of CPU a request, measured), so it runs here.

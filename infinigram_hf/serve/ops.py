@@ -8,7 +8,9 @@ Every op checks its input and caps (`Limits`) before any work: a ValueError here
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -60,6 +62,24 @@ def _array(arrays: Arrays, name: str, kinds: str = "iu", ndim: int = 1) -> np.nd
     return a
 
 
+def files_identity(paths: Any) -> Optional[str]:
+    """What tells these index files from any others: a hash of every file's name, size, inode
+    and modification time, in each directory. The same in every worker and after a restart on
+    the same files; another build (or files replaced in place) gives another. Clients send it back
+    with each op, so decoding states they kept from one index are never read against another
+    (the C core's checks catch a state outside the index, not one of another index that fits)."""
+    h = hashlib.sha256()
+    try:
+        for d in paths:
+            for e in sorted(os.scandir(d), key=lambda e: e.name):
+                if e.is_file():
+                    st = e.stat()
+                    h.update(f"{d}/{e.name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
+    except OSError:
+        return None
+    return h.hexdigest()[:32] if paths else None
+
+
 class ServedIndex:
     """One index the server answers for, with what the ops keep between requests: a shared
     `SuffixCache` (keyed by context, so clients cannot disturb each other's answers), drafters
@@ -67,6 +87,7 @@ class ServedIndex:
 
     def __init__(self, name: str, index: Any, limits: Limits):
         self.name, self.index, self.limits = name, index, limits
+        self.identity = files_identity(getattr(index, "paths", None) or [])
         self._lock = threading.Lock()
         self._cache: Any = None
         self._drafters: "OrderedDict[str, Any]" = OrderedDict()
@@ -79,6 +100,7 @@ class ServedIndex:
                     "num_shards", "state_size", "tokenizer_name", "vocab_fingerprint"):
             out[key] = getattr(ix, key, None)
         out["native"] = hasattr(ix, "native_handle")
+        out["identity"] = self.identity
         out["ops"] = sorted(OPS)
         metas = getattr(ix, "metas", None)
         # the build metadata, without host paths (the server never says where its files are)

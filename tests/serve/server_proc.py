@@ -27,14 +27,14 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, indexes: Mapping[str, str], *args: str):
-        self.indexes, self.args = dict(indexes), args
+    def __init__(self, indexes: Mapping[str, str], *args: str, port: int | None = None):
+        self.indexes, self.args, self.port = dict(indexes), args, port
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
     def start(self) -> "Server":
         for _ in range(3):  # a port taken between free_port() and the bind: try another
-            port = free_port()
+            port = self.port or free_port()
             cmd = [sys.executable, "-m", "infinigram_hf.cli", "serve", *self.indexes.values(), "--port", str(port)]
             for name in self.indexes:
                 cmd += ["--name", name]

@@ -15,7 +15,7 @@ import pytest
 
 from infinigram_hf import InfiniGramError, build_index
 from infinigram_hf.index import RemoteIndex, wire
-from server_proc import Server, served
+from server_proc import Server, free_port, served
 
 KEY = "s3cret-key"
 RNG = np.random.default_rng(11)
@@ -254,3 +254,32 @@ def test_server_killed_mid_request(index_dir) -> None:
     from infinigram_hf import InfiniGramIndex
     with InfiniGramIndex.open(index_dir) as ix:  # the index is untouched (a new server would serve it)
         assert ix.count([1]) == sum(d.count(1) for d in DOCS)
+
+
+def test_a_server_on_other_files_refuses_the_old_clients(tmp_path) -> None:
+    """A client keeps decoding states (suffix-array ranges) and metadata from the index it
+    opened. A server restarted under the same name on other files must refuse its requests (409,
+    a clear InfiniGramError), not answer them: a kept state that happens to fit the new index's
+    ranges would pass the C checks and give wrong distributions. A restart on the same files is
+    the same index: the client goes on."""
+    out = tmp_path / "ix"
+    build_index(DOCS, out, vocab_size=12, progress=False).close()
+    port = free_port()
+    server = Server({"ix": str(out)}, port=port).start()
+    r = RemoteIndex(server.url + "/ix", timeout=20, retries=2)
+    try:
+        want = r.count([1, 2])
+        server.stop()
+        server = Server({"ix": str(out)}, port=port).start()      # same files: the same index
+        assert r.count([1, 2]) == want
+        server.stop()
+        build_index(DOCS[::-1][:20], out, vocab_size=12, progress=False, overwrite=True).close()
+        server = Server({"ix": str(out)}, port=port).start()      # other files, same name
+        with pytest.raises(InfiniGramError, match="409.*not the one this client opened"):
+            r.count([1, 2])
+        r.close()
+        with RemoteIndex(server.url + "/ix", timeout=20) as fresh:  # opening again is fine
+            assert fresh.count([1, 2]) == sum(sum(1 for i in range(len(d) - 1) if d[i:i + 2] == [1, 2])
+                                              for d in DOCS[::-1][:20])
+    finally:
+        server.stop()
