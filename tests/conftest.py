@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 import pytest
+from hypothesis import settings
 
 from infinigram_hf import InfiniGramIndex
 from infinigram_hf._core import format as fmt
@@ -54,6 +55,14 @@ from infinigram_hf.build import build_index
 # its runtime): ASan reserves terabytes of address space and keeps its own heap, so tests of
 # address-space limits or peak RSS measure ASan there, not the package.
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
+
+# The suite is CI's gate, so it must pass or fail the same way every time: hypothesis draws its
+# examples from a fixed seed (derandomize) and keeps no example database between runs. Random
+# exploration runs outside the gate: INFINIGRAM_HYPOTHESIS_RANDOM=1 (its failures become fixed
+# regression tests).
+settings.register_profile("gate", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile("explore" if os.environ.get("INFINIGRAM_HYPOTHESIS_RANDOM") else "gate")
 
 Docs = Sequence[Sequence[int]]
 

@@ -67,8 +67,11 @@ def split_corpus(draw: st.DrawFn):
     docs = draw(st.lists(st.lists(sym, max_size=60 if long_docs else 12), min_size=2, max_size=10))
     removed = draw(st.lists(st.booleans(), min_size=len(docs), max_size=len(docs)))
     removed[draw(st.integers(0, len(docs) - 1))] = False  # keep at least one document
+    # shard caps hold the longest document and its separator (a longer one is refused at build)
+    room = max(len(d) for d in docs) + 1
     shard_a = draw(st.sampled_from([None, 14, 40]))
     shard_b = draw(st.sampled_from([None, 14]))
+    shard_a, shard_b = (None if c is None else max(c, room) for c in (shard_a, shard_b))
     probe = st.sampled_from(alphabet + [vocab - 1])
     seqs = draw(st.lists(st.lists(probe, min_size=1, max_size=50 if long_docs else 8), min_size=1, max_size=3))
     steps = draw(st.lists(st.lists(probe, min_size=1, max_size=5), min_size=1, max_size=6))
