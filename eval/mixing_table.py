@@ -36,14 +36,33 @@ from infinigram_hf import TokenScores, interpolate, tune_lambdas  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
+SAMPLE_SEED = 20261124
+
+
+def sample_docs(docs: List[np.ndarray], cap, max_doc_tokens) -> List[np.ndarray]:
+    """Documents in a seeded random order, each cut to its first `max_doc_tokens` tokens, until
+    `cap` tokens (None: all documents, whole). The cut keeps more documents per token scored:
+    the model pass is what costs here."""
+    if cap is None:
+        return docs
+    out, total = [], 0
+    for i in np.random.default_rng(SAMPLE_SEED).permutation(len(docs)):
+        if total >= cap:
+            break
+        d = docs[i][:max_doc_tokens] if max_doc_tokens else docs[i]
+        out.append(d)
+        total += len(d)
+    return out
+
+
 def domain_spec(domain: str) -> dict:
     """Model directory, index opener and split loader of a domain."""
     if domain == "stdlib":
         return dict(model_dir=ppl_setup.model_dir(), index=lambda f: ppl_setup.reference_index(f, progress=False),
-                    docs=lambda split, cap: ppl_setup.split_docs(split, cap))
+                    docs=lambda split: ppl_setup.split_docs(split))
     if domain == "linux":
-        def docs(split: str, cap):
-            tokens, offsets = corpora.linux_split_tokens(split, cap)
+        def docs(split: str):
+            tokens, offsets = corpora.linux_split_tokens(split)
             return [np.asarray(tokens[offsets[i]:offsets[i + 1]], dtype=np.int64) for i in range(len(offsets) - 1)]
         return dict(model_dir=ppl_setup.linux_model_dir(), index=ppl_setup.linux_index, docs=docs)
     raise ValueError(f"domain must be 'stdlib' or 'linux', got {domain!r}")
@@ -77,9 +96,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--domain", choices=["stdlib", "linux"], required=True)
     ap.add_argument("--window", type=int, default=512)
-    ap.add_argument("--stride", type=int, default=256)
+    ap.add_argument("--stride", type=int, default=448)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--val-tokens", type=int, default=150_000, help="validation tokens used for fitting")
+    ap.add_argument("--val-tokens", type=int, default=15_000, help="validation tokens used for fitting (0: all)")
+    ap.add_argument("--test-tokens", type=int, default=30_000, help="held-out tokens evaluated (0: all)")
+    ap.add_argument("--max-doc-tokens", type=int, default=1024,
+                    help="cut sampled documents to this many tokens (with a token cap only)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-only", action="store_true", help="compute the cached scores and stop")
     ap.add_argument("--no-write", action="store_true")
@@ -95,8 +117,8 @@ def main(argv=None) -> None:
             model_box.append(ppl_setup.load_model(spec["model_dir"], train_if_missing=False))
         return model_box[0]
 
-    val_docs = spec["docs"]("validation", args.val_tokens)
-    test_docs = spec["docs"]("heldout", None)
+    val_docs = sample_docs(spec["docs"]("validation"), args.val_tokens or None, args.max_doc_tokens)
+    test_docs = sample_docs(spec["docs"]("heldout"), args.test_tokens or None, args.max_doc_tokens)
     scores = {}
     for frac in ppl_setup.FRACTIONS:
         scores[frac] = (cached_scores(spec, "validation", val_docs, frac, model_loader, args),
