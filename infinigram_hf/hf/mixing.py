@@ -43,7 +43,7 @@ HOST_COLUMNS = ("effective_n", "sparse", "context_count", "num_distinct", "top_i
 
 def neural_entropy(logp: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of each row of log-probabilities (-inf entries contribute 0)."""
-    return -torch.where(torch.isneginf(logp), torch.zeros_like(logp), logp.exp() * logp).sum(dim=-1)
+    return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
 
 
 def feature_columns(names, host: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
@@ -128,3 +128,30 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     mixed = torch.logaddexp(neural.to(fdt) + shift[r_idx], loglam[r_idx] + lpi).to(logp.dtype)
     logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
     return logp
+
+
+def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor) -> np.ndarray:
+    """λ per row in numpy, for scores on the CPU (there the host is the scores' device, and numpy
+    on a (rows, features) array costs microseconds where a chain of small torch ops costs a
+    millisecond): the neural features are read off logp with one torch reduction each."""
+    names = model.features
+    cols = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
+    x = np.empty((len(host), len(names)))
+    for j, name in enumerate(names):
+        if name == "sparse":
+            x[:, j] = cols["sparse"]
+        elif name == "log_effective_n":
+            x[:, j] = np.log(np.maximum(cols["effective_n"], 1.0))
+        elif name == "log_context_count":
+            x[:, j] = np.log1p(np.maximum(cols["context_count"], 0.0))
+        elif name == "log_num_distinct":
+            x[:, j] = np.log1p(np.maximum(cols["num_distinct"], 0.0))
+        elif name == "top_infgram_prob":
+            x[:, j] = cols["top_infgram_prob"]
+        elif name == "neural_entropy":
+            x[:, j] = neural_entropy(logp).double().numpy()
+        elif name == "neural_top_prob":
+            x[:, j] = np.exp(logp.max(dim=-1).values.double().numpy())
+    z = model.logits(x)
+    lam = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z) without overflow
+    return np.where(active, lam, 0.0)

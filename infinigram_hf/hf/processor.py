@@ -24,7 +24,7 @@ from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
-from .mixing import HOST_COLUMNS, DeviceMixing, mix_sparse, mix_sparse_learned
+from .mixing import HOST_COLUMNS, DeviceMixing, learned_lambdas_host, mix_sparse, mix_sparse_learned
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -225,7 +225,13 @@ class InfiniGramLogitsProcessor(_Base):
         self._check_not_right_padded(rows_np)
         if self.mixing is not None:
             row_of, tok, log_p_inf, host, active = self._p_inf(rows_np, width)
-            if len(row_of):
+            if not len(row_of):
+                pass
+            elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
+                lam = learned_lambdas_host(self.mixing, host, active, logp)
+                with np.errstate(divide="ignore"):
+                    mix_sparse(logp, row_of, tok, np.log(lam[row_of]) + log_p_inf, lam)
+            else:  # λ where the scores are: no device-to-host copy
                 mix_sparse_learned(logp, row_of, tok, log_p_inf, host, active, self._device_mixing)
             return self._guard(rows_np, scores, logp).to(scores.dtype)
         row_of, tok, logv, lam = self._p_inf(rows_np, width)
