@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ppl_setup  # noqa: E402
 
 from infinigram_hf import InfiniGramLogitsProcessor, MixingModel  # noqa: E402
-from infinigram_hf.lm.learned_mixing import FEATURES  # noqa: E402
+from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, FEATURES  # noqa: E402
 
 
-def mlp(hidden: int = 16) -> MixingModel:
+def mlp(features=tuple(FEATURES), hidden: int = 16) -> MixingModel:
     rng = np.random.default_rng(0)
-    k = len(FEATURES)
-    return MixingModel("mlp", tuple(FEATURES), np.zeros(k), np.ones(k),
+    k = len(features)
+    return MixingModel("mlp", tuple(features), np.zeros(k), np.ones(k),
                        [(rng.normal(size=(hidden, k)) * 0.3, np.zeros(hidden)), (rng.normal(size=(1, hidden)), [0.0])])
 
 
@@ -57,17 +57,21 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     index = ppl_setup.reference_index("all", progress=False)
     docs = [d for d in ppl_setup.split_docs("heldout") if len(d) >= args.prompt_len + args.calls]
-    model = mlp()
+    models = {"default features": mlp(DEFAULT_FEATURES), "all 7 features": mlp(tuple(FEATURES))}
     for b in args.batches:
         rows = np.stack([d[: args.prompt_len + args.calls] for d in docs[:b]]).astype(np.int64)
-        two, learned, ratios = [], [], []
-        for _ in range(args.runs):
-            a = one_run(index, rows, args.prompt_len, args.calls, None)
-            m = one_run(index, rows, args.prompt_len, args.calls, model)
-            two.append(a); learned.append(m); ratios.append(m / a)
-        print(f"batch {b}: two-λ {1e3 * statistics.median(two):.3f} ms CPU/call, learned (mlp 16, 7 features) "
-              f"{1e3 * statistics.median(learned):.3f} ms CPU/call, ratio median {statistics.median(ratios):.3f} "
-              f"(runs: {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+        times: dict = {"two-λ": [], **{k: [] for k in models}}
+        for _ in range(args.runs):  # interleaved: every run measures all variants
+            times["two-λ"].append(one_run(index, rows, args.prompt_len, args.calls, None))
+            for k, m in models.items():
+                times[k].append(one_run(index, rows, args.prompt_len, args.calls, m))
+        base = times["two-λ"]
+        line = [f"batch {b}: two-λ {1e3 * statistics.median(base):.3f} ms CPU/call"]
+        for k in models:
+            ratios = [m / a for m, a in zip(times[k], base)]
+            line.append(f"learned mlp 16, {k} {1e3 * statistics.median(times[k]):.3f} ms (ratio median "
+                        f"{statistics.median(ratios):.2f}; runs {', '.join(f'{r:.2f}' for r in ratios)})")
+        print("; ".join(line), flush=True)
 
 
 if __name__ == "__main__":
