@@ -11,7 +11,6 @@ import numpy as np
 
 from infinigram_hf import fit_mixing, interpolate, tune_lambdas
 from infinigram_hf.decontaminate import IndexDecontaminator
-from infinigram_hf.lm.learned_mixing import FEATURES
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = {"logistic": dict(family="logistic"), "mlp": dict(family="mlp", hidden=16)}
@@ -108,7 +107,7 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
     info = json.loads((spec["model_dir"] / "train_info.json").read_text())
     out = dict(date=datetime.date.today().isoformat(), domain=args.domain, model=info, window=args.window,
                stride=args.stride, val_docs=len(val_docs), val_tokens=len(val_all), test_docs=len(test_docs),
-               test_tokens=len(test_all), features=list(FEATURES), family=family, family_dev_ppl=dev,
+               test_tokens=len(test_all), features=list(fits["all"].model.features), family=family, family_dev_ppl=dev,
                decontamination=dict(n=13, threshold=0.8, dropped_docs=len(dropped),
                                     dropped_tokens=int((~keep_mask).sum()), overlaps=overlaps),
                rows=rows, by_bucket=by_bucket, by_bucket_decontaminated=by_bucket_deco)

@@ -14,6 +14,7 @@ on the scores' device); fitting is `infinigram_hf.hf.fit_mixing.fit_mixing` (tor
 a small JSON file: format name, version, family, feature names, standardisation, weights.
 
 Example:
+    >>> from infinigram_hf.lm.mixture import TokenScores
     >>> m = MixingModel.two_lambda(0.6, 0.2)          # the two-λ scheme as a mixing model
     >>> s = TokenScores.from_arrays([-1.0, -2.0], [1.0, 0.5], [True, False], [5, 2])
     >>> [round(float(x), 6) for x in m.lambdas(s)]
@@ -29,7 +30,9 @@ from typing import Any, Dict, List, Mapping, Sequence, Union
 
 import numpy as np
 
-from .mixture import TokenScores
+# (TokenScores comes from .mixture, which imports this module: annotations name it as a string
+# and nothing here imports it, so the layer has no import cycle)
+TokenScores = Any
 
 FORMAT = "infinigram_hf-mixing"
 VERSION = 1
@@ -147,9 +150,11 @@ class MixingModel:
     def two_lambda(cls, lambda_sparse: float, lambda_dense: float) -> "MixingModel":
         """The two-λ scheme as a logistic model over the `sparse` feature alone (λ strictly inside
         (0, 1): the logit of 0 or 1 is infinite, so they are clipped to 1e-12 from the ends)."""
-        from .mixture import check_lambda
-        ls = min(max(check_lambda(lambda_sparse, "lambda_sparse"), 1e-12), 1 - 1e-12)
-        ld = min(max(check_lambda(lambda_dense, "lambda_dense"), 1e-12), 1 - 1e-12)
+        for name, v in (("lambda_sparse", lambda_sparse), ("lambda_dense", lambda_dense)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0.0 <= float(v) <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1], got {v!r}")
+        ls = min(max(float(lambda_sparse), 1e-12), 1 - 1e-12)
+        ld = min(max(float(lambda_dense), 1e-12), 1 - 1e-12)
         logit = lambda p: math.log(p / (1 - p))  # noqa: E731
         return cls("logistic", ("sparse",), np.zeros(1), np.ones(1),
                    [(np.array([[logit(ls) - logit(ld)]]), np.array([logit(ld)]))])
