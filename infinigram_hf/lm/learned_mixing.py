@@ -35,6 +35,7 @@ import numpy as np
 TokenScores = Any
 
 FORMAT = "infinigram_hf-mixing"
+INDEX_FILE = "mixing.json"  # its name inside a directory (e.g. beside an index's shards)
 VERSION = 1
 FAMILIES = ("logistic", "mlp")
 
@@ -205,14 +206,20 @@ class MixingModel:
             raise MixingFormatError(f"{source} is malformed: {exc}") from None
 
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Write the model as JSON (a few KB); beside or inside an index directory, any name."""
+        """Write the model as JSON (a few KB). `path` may be a file name, or a directory (an index
+        directory, say): the model is then its `mixing.json`, where `load` looks for it."""
+        if os.path.isdir(path):
+            path = os.path.join(path, INDEX_FILE)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=1)
             f.write("\n")
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "MixingModel":
-        """A model written by `save`; MixingFormatError naming the file when it is not one."""
+        """A model written by `save` (a file, or a directory holding `mixing.json`);
+        MixingFormatError naming the file when it is not one."""
+        if os.path.isdir(path):
+            path = os.path.join(path, INDEX_FILE)
         try:
             with open(path, encoding="utf-8") as f:
                 d = json.load(f)

@@ -265,3 +265,19 @@ def test_host_and_device_paths_of_the_processor_agree():
     with np.errstate(divide="ignore"):
         hostp = mix_sparse(logp.clone(), row_of, tok, np.log(lam[row_of]) + lpi, lam)
     torch.testing.assert_close(hostp, device, rtol=1e-5, atol=1e-5)
+
+
+def test_saved_inside_an_index_directory(tiny_index, tmp_path):
+    import shutil
+
+    d = tmp_path / "ix"
+    shutil.copytree(tiny_index.paths[0], d)
+    model = random_model(["sparse", "log_effective_n"], seed=9)
+    model.save(d)  # a directory: its mixing.json
+    assert (d / "mixing.json").is_file()
+    back = MixingModel.load(d)
+    assert back.to_dict() == model.to_dict()
+    proc = InfiniGramLogitsProcessor(str(d), mixing=str(d))
+    assert proc.mixing.features == model.features
+    with pytest.raises(FileNotFoundError):
+        MixingModel.load(tmp_path)  # a directory without one
