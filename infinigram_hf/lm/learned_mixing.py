@@ -182,6 +182,7 @@ class MixingModel:
     # ------------------------------------------------------------ files
 
     def to_dict(self) -> dict:
+        """The model as a JSON-ready dict (what `save` writes; `from_dict` reads it back)."""
         return {"format": FORMAT, "version": VERSION, "family": self.family, "features": list(self.features),
                 "feature_docs": {n: FEATURES[n] for n in self.features}, "activation": "tanh",
                 "mean": self.mean.tolist(), "std": self.std.tolist(),
