@@ -20,8 +20,6 @@ Writes eval/results/mixing_<domain>.json and prints Markdown tables.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpora  # noqa: E402
 import ppl_setup  # noqa: E402
 
-from infinigram_hf import TokenScores, interpolate, tune_lambdas  # noqa: E402
+from infinigram_hf import TokenScores  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
