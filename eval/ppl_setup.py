@@ -85,3 +85,38 @@ def reference_index(fraction: str = "all", progress: bool = True):
     tokens, offsets = corpora.load_tokens("stdlib.reference")
     docs = [np.asarray(tokens[offsets[i]:offsets[i + 1]]) for i in reference_subset(fraction)]
     return build_index(docs, out, tokenizer=corpora.load_tokenizer(), progress=progress, overwrite=True)
+
+
+# ------------------------------------------------------------------ the linux domain (issue 20)
+
+
+def linux_model_dir() -> Path:
+    """The linux GPT-2 (eval/train_gpt2.py --corpus linux)."""
+    return corpora.cache_dir() / "gpt2-small-linux"
+
+
+def linux_index(fraction: str = "all", progress: bool = False):
+    """The ∞-gram index of ¼, ½ or all of the linux datastore split: `all` is the 200M-token
+    `linux200m` index (eval/bench_build.py builds it); ¼ and ½ are its first documents holding at
+    most 50M / 100M tokens (prefixes by documents, built once under <cache>/ppl-indexes/)."""
+    from infinigram_hf import IndexFormatError, InfiniGramIndex
+    from infinigram_hf.build import build_index
+
+    if fraction not in FRACTIONS:
+        raise ValueError(f"fraction must be one of {list(FRACTIONS)}, got {fraction!r}")
+    if fraction == "all":
+        out = corpora.cache_dir() / "ours" / "linux200m"
+        if not (out / "meta.json").exists():
+            raise FileNotFoundError(f"no index at {out}: run eval/bench_build.py --corpora linux200m --runs 1")
+        return InfiniGramIndex.open(out)
+    out = corpora.cache_dir() / "ppl-indexes" / f"linux200m-{fraction}"
+    if (out / "meta.json").exists():
+        try:
+            return InfiniGramIndex.open(out)
+        except IndexFormatError as exc:
+            print(f"rebuilding {out}: {exc}", flush=True)
+    tokens, offsets = corpora.load_tokens("linux200m")
+    want = int(round(FRACTIONS[fraction] * int(offsets[-1])))
+    n_docs = int(np.searchsorted(offsets, want, side="right")) - 1  # documents ending at or before `want`
+    docs = (tokens[offsets[i]:offsets[i + 1]] for i in range(n_docs))
+    return build_index(docs, out, vocab_size=32000, memory_budget="4GiB", progress=progress, overwrite=True)

@@ -12,7 +12,7 @@ from ._version import __version__
 from .index import (DifferenceIndex, Document, DocumentMatch, FindResult, InfiniGramIndex, NextTokenDistribution,
                     ProbResult, ScoreResult, SearchResult, SuffixCache)
 from .lm import (Draft, DraftTree, EffectiveNBreakdown, InfiniGramDrafter, InfiniGramLM, LambdaFit, PerplexityResult,
-                 SmoothingParams, TokenScores, interpolate, tune_lambdas)
+                 MixingModel, SmoothingParams, TokenScores, interpolate, tune_lambdas)
 
 # name -> module that defines it, imported on first access (PEP 562)
 _LAZY = {
@@ -21,6 +21,8 @@ _LAZY = {
     "perplexity": ".hf.perplexity",
     "token_scores": ".hf.perplexity",
     "with_index": ".hf.perplexity",
+    "fit_mixing": ".hf.fit_mixing",
+    "MixingFit": ".hf.fit_mixing",
     "speculative_generate": ".hf.speculative",
     "SpeculativeStats": ".hf.speculative",
     "InfiniGramCandidateGenerator": ".hf.assisted",
@@ -71,6 +73,9 @@ __all__ = [
     "with_index",
     "interpolate",
     "tune_lambdas",
+    "fit_mixing",
+    "MixingFit",
+    "MixingModel",
     "PerplexityResult",
     "TokenScores",
     "LambdaFit",

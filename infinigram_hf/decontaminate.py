@@ -157,3 +157,51 @@ def decontaminate(reference: Iterable[Any], eval_texts: Iterable[str], *, n: int
     """
     deco = Decontaminator(eval_texts, n=n, threshold=threshold, unit=unit, lowercase=lowercase)
     return deco.filter_list(reference, text_column)
+
+
+class IndexDecontaminator:
+    """The same test against an ∞-gram index instead of a set of hashed n-grams: a document (token
+    ids) is contaminated when at least `threshold` of its token n-grams occur in the index. The
+    index answers every n-gram exactly (one longest-match pass per document, `creativity`), so
+    this scales to datastores far too large to hash in memory -- e.g. to drop held-out documents
+    that the datastore copies before reporting perplexity. A document shorter than n counts as
+    one n-gram (itself).
+
+    Example:
+        >>> deco = IndexDecontaminator(index, n=13, threshold=0.8)            # doctest: +SKIP
+        >>> kept, report = deco.filter_list(heldout_ids)                      # doctest: +SKIP
+    """
+
+    def __init__(self, index: Any, *, n: int = 13, threshold: float = 0.8):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
+        self.index, self.n, self.threshold = index, n, float(threshold)
+
+    def overlap(self, ids: Sequence[int]) -> float:
+        """Fraction of the document's n-grams that occur in the index (0 for an empty one)."""
+        import numpy as np
+
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return 0.0
+        match = self.index.creativity(ids).match_len  # longest indexed prefix of ids[l:], per l
+        if len(ids) < self.n:
+            return float(match[0] >= len(ids))
+        return float((match[: len(ids) - self.n + 1] >= self.n).mean())
+
+    def is_contaminated(self, ids: Sequence[int]) -> bool:
+        return self.overlap(ids) >= self.threshold
+
+    def filter_list(self, docs: Iterable[Sequence[int]]) -> Tuple[List[Any], DecontaminationReport]:
+        """The documents that are kept, and the report (which were dropped)."""
+        report, kept = DecontaminationReport(n=self.n, threshold=self.threshold), []
+        for i, d in enumerate(docs):
+            report.total += 1
+            if self.is_contaminated(d):
+                report.dropped += 1
+                report.dropped_indices.append(i)
+            else:
+                kept.append(d)
+        return kept, report

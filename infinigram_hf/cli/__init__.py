@@ -14,10 +14,11 @@ from typing import Optional, Sequence
 
 from .._core.safe_text import printable
 from .._version import __version__
-from . import analysis_commands, index_commands, lm_commands, official_commands, serve_command, trace_commands
+from . import (analysis_commands, index_commands, lm_commands, mixing_commands, official_commands, serve_command,
+               trace_commands)
 from .common import EXIT_USAGE, PROG, USER_ERRORS, CLIError
 
-COMMANDS = (index_commands.COMMANDS + lm_commands.COMMANDS + analysis_commands.COMMANDS
+COMMANDS = (index_commands.COMMANDS + lm_commands.COMMANDS + mixing_commands.COMMANDS + analysis_commands.COMMANDS
             + official_commands.COMMANDS + trace_commands.COMMANDS + serve_command.COMMANDS)
 
 

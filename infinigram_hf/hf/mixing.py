@@ -33,3 +33,125 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
     mixed = torch.logaddexp(neural + shift_t[r_idx], logv_t)
     logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
     return logp
+
+
+# ------------------------------------------------------------------ learned mixing (issue 20)
+
+# Host-side ∞-gram features of each row, in this column order (see learned_mixing.FEATURES).
+HOST_COLUMNS = ("effective_n", "sparse", "context_count", "num_distinct", "top_infgram_prob")
+
+
+def neural_entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each row of log-probabilities (-inf entries contribute 0)."""
+    return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
+
+
+def feature_columns(names, host: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """(rows, len(names)) raw features, the torch twin of learned_mixing.raw_to_feature: host =
+    the HOST_COLUMNS of every row, logp = the model's log-probabilities (rows, vocab)."""
+    col = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
+    out = []
+    for name in names:
+        if name == "sparse":
+            out.append(col["sparse"])
+        elif name == "log_effective_n":
+            out.append(torch.log(col["effective_n"].clamp_min(1.0)))
+        elif name == "log_context_count":
+            out.append(torch.log1p(col["context_count"].clamp_min(0.0)))
+        elif name == "log_num_distinct":
+            out.append(torch.log1p(col["num_distinct"].clamp_min(0.0)))
+        elif name == "top_infgram_prob":
+            out.append(col["top_infgram_prob"])
+        elif name == "neural_entropy":
+            out.append(neural_entropy(logp).to(host.dtype))
+        elif name == "neural_top_prob":
+            out.append(logp.max(dim=-1).values.to(host.dtype).exp())
+        else:  # pragma: no cover (names are checked when the model is made)
+            raise ValueError(f"unknown mixing feature {name!r}")
+    return torch.stack(out, dim=1)
+
+
+class DeviceMixing:
+    """A MixingModel's weights as tensors, kept per (device, dtype): λ of a batch of rows with no
+    host round trip."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._cache: dict = {}
+
+    def _weights(self, device: torch.device, dtype: torch.dtype):
+        key = (str(device), dtype)
+        if key not in self._cache:
+            m = self.model
+            t = lambda a: torch.as_tensor(a, dtype=dtype).to(device)  # noqa: E731
+            self._cache[key] = (t(m.mean), t(m.std), [(t(w), t(b)) for w, b in m.layers])
+        return self._cache[key]
+
+    def lambdas(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std, layers = self._weights(x.device, x.dtype)
+        h = (x - mean) / std
+        for i, (w, b) in enumerate(layers):
+            h = h @ w.T + b
+            if i < len(layers) - 1:
+                h = torch.tanh(h)
+        return torch.sigmoid(h[:, 0])
+
+
+def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, log_p_inf: np.ndarray,
+                       host: np.ndarray, active: np.ndarray, mixing: DeviceMixing) -> torch.Tensor:
+    """`mix_sparse` with λ per row from a learned mixing model, computed where logp is: host =
+    (rows, len(HOST_COLUMNS)) float64 ∞-gram features, active = rows that mix at all (λ = 0
+    elsewhere), log_p_inf = ln P_∞ at the entries (row_of[k], tok[k]). Returns logp, mixed in place."""
+    n, m = logp.shape[0], len(row_of)
+    k = host.shape[1]
+    packed = np.empty(3 * m + n * k + n, dtype=np.int64)
+    packed[:m] = row_of
+    packed[m:2 * m] = tok
+    packed[2 * m:3 * m] = np.asarray(log_p_inf, dtype=np.float64).view(np.int64)
+    packed[3 * m:3 * m + n * k] = np.ascontiguousarray(host, dtype=np.float64).reshape(-1).view(np.int64)
+    packed[3 * m + n * k:] = active
+    dev = logp.device
+    buf = torch.from_numpy(packed).to(dev, non_blocking=dev.type != "cpu")  # the one copy
+    # float64 where the device has it (λ then equals the numpy reference to rounding)
+    fdt = torch.float32 if dev.type == "mps" else torch.float64
+    r_idx, c_idx = buf[:m], buf[m:2 * m]
+    lpi = buf[2 * m:3 * m].view(torch.float64).to(fdt)
+    host_t = buf[3 * m:3 * m + n * k].view(torch.float64).to(fdt).reshape(n, k)
+    act = buf[3 * m + n * k:].bool()
+    x = feature_columns(mixing.model.features, host_t, logp)
+    lam = torch.where(act, mixing.lambdas(x), torch.zeros((), dtype=fdt, device=dev))
+    shift = torch.log1p(-lam)
+    with torch.no_grad():
+        loglam = torch.log(lam)
+    neural = logp[r_idx, c_idx]
+    logp += shift.to(logp.dtype)[:, None]
+    mixed = torch.logaddexp(neural.to(fdt) + shift[r_idx], loglam[r_idx] + lpi).to(logp.dtype)
+    logp[r_idx, c_idx] = torch.where(torch.isneginf(neural), neural, mixed)
+    return logp
+
+
+def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor) -> np.ndarray:
+    """λ per row in numpy, for scores on the CPU (there the host is the scores' device, and numpy
+    on a (rows, features) array costs microseconds where a chain of small torch ops costs a
+    millisecond): the neural features are read off logp with one torch reduction each."""
+    names = model.features
+    cols = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
+    x = np.empty((len(host), len(names)))
+    for j, name in enumerate(names):
+        if name == "sparse":
+            x[:, j] = cols["sparse"]
+        elif name == "log_effective_n":
+            x[:, j] = np.log(np.maximum(cols["effective_n"], 1.0))
+        elif name == "log_context_count":
+            x[:, j] = np.log1p(np.maximum(cols["context_count"], 0.0))
+        elif name == "log_num_distinct":
+            x[:, j] = np.log1p(np.maximum(cols["num_distinct"], 0.0))
+        elif name == "top_infgram_prob":
+            x[:, j] = cols["top_infgram_prob"]
+        elif name == "neural_entropy":
+            x[:, j] = neural_entropy(logp).double().numpy()
+        elif name == "neural_top_prob":
+            x[:, j] = np.exp(logp.max(dim=-1).values.double().numpy())
+    z = model.logits(x)
+    lam = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z) without overflow
+    return np.where(active, lam, 0.0)

@@ -104,6 +104,66 @@ def infgram_scores(index: InfiniGramIndex, ids: np.ndarray) -> tuple[np.ndarray,
     return probs, sparse, eff
 
 
+_INFGRAM_FEATURES = ("context_count", "num_distinct", "top_infgram_prob")
+_NTD_ROWS = 4096  # contexts per distribution batch (bounds the batch's entries)
+
+
+def neural_entropy(logp: Any) -> Any:
+    """Entropy (nats) of each row of log-probabilities (a torch tensor; -inf entries count 0)."""
+    import torch
+    return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
+
+
+def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """`infgram_scores` plus the ∞-gram context features of every position: the count of the
+    matched suffix, and (distributions=True) the number of distinct continuations and the top
+    P_∞ of its next-token distribution -- what the processor sees for the same context.
+
+    Ids the index cannot hold restart the context, as in `infgram_scores`; positions holding one
+    get count 0, 0 continuations and top P_∞ 0."""
+    n = len(ids)
+    probs, sparse, eff = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+    count = np.zeros(n)
+    distinct, top = np.zeros(n), np.zeros(n)
+    for a, b in segments(ids, index.vocab_size):
+        s = index.score(ids[a:b])
+        probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
+        count[a:b] = s.prompt_counts
+        if distributions:
+            distinct[a:b], top[a:b] = _suffix_distributions(index, ids[a:b], s.suffix_len)
+    feats = {"context_count": count}
+    if distributions:
+        feats.update(num_distinct=distinct, top_infgram_prob=top)
+    return probs, sparse, eff, feats
+
+
+def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct continuations, top P_∞) of the matched suffix before every position of seq: the
+    n-gram distribution of exactly that suffix (the one the ∞-gram estimate used)."""
+    n = len(seq)
+    distinct, top = np.zeros(n), np.zeros(n)
+    for lo in range(0, n, _NTD_ROWS):
+        hi = min(n, lo + _NTD_ROWS)
+        pos = np.arange(lo, hi)
+        lens = suffix_len[lo:hi].astype(np.int64)
+        starts = pos - lens
+        flat = np.concatenate([seq[s:p] for s, p in zip(starts.tolist(), pos.tolist())]) if lens.sum() \
+            else np.zeros(0, np.int64)
+        offs = np.zeros(len(pos) + 1, np.int64)
+        offs[1:] = np.cumsum(lens)
+        d = index.infgram_ntd_batch(flat, offsets=offs, infinite=False)
+        width = np.diff(d.offsets)
+        distinct[lo:hi] = width
+        cnt = d.counts.astype(np.float64)
+        has = width > 0
+        if has.any():
+            mx = np.maximum.reduceat(cnt, d.offsets[:-1][has]) if len(cnt) else np.zeros(0)
+            top[lo:hi][has] = mx / np.maximum(d.total[has].astype(np.float64), 1.0)
+    return distinct, top
+
+
 def _forward_kwargs(model: Any) -> set:
     try:
         return set(inspect.signature(model.forward).parameters)
@@ -130,9 +190,11 @@ def default_window(model: Any, window: Optional[int], stride: Optional[int]) -> 
 
 def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
                  stride: Optional[int] = None, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
-                 progress: bool = True) -> TokenScores:
-    """Neural log-probability and ∞-gram estimate of every scored token (the cache behind
-    `perplexity`, `interpolate` and `tune_lambdas`). Arguments as for `perplexity`."""
+                 progress: bool = True, infgram_distributions: bool = True) -> TokenScores:
+    """Neural log-probability and ∞-gram estimate of every scored token, with the context
+    features of learned mixing (the cache behind `perplexity`, `interpolate`, `tune_lambdas` and
+    `fit_mixing`). Arguments as for `perplexity`; `infgram_distributions=False` skips the features
+    that need each context's next-token distribution (num_distinct, top_infgram_prob)."""
     import torch  # only here: importing infinigram_hf stays torch-free
     window, stride = default_window(model, window, stride)
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
@@ -158,17 +220,19 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
 
     # ∞-gram: one dense pass per document; keep the scored positions only.
     wins: List[_Window] = []
-    inf_p, inf_s, inf_n, doc_of, slots = [], [], [], [], []
+    inf_p, inf_s, inf_n, inf_f, doc_of, slots = [], [], [], [], [], []
     total = 0
     for i, (d, s) in enumerate(zip(docs, seqs)):
-        p, sp, en = infgram_scores(index, d) if len(d) else (np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int64))
+        p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions)
         keep = slice(1 - off, None)  # doc positions scored: all with BOS, from 1 without
         inf_p.append(p[keep]); inf_s.append(sp[keep]); inf_n.append(en[keep])
+        inf_f.append({k: v[keep] for k, v in feats.items()})
         doc_of.append(np.full(len(p[keep]), i, dtype=np.int64))
         slots.append(total)
         total += len(p[keep])
         wins.extend(_Window(i, b, e, f) for b, e, f in windows(len(s), window, stride))
     neural = np.full(total, np.nan)
+    entropy, top = np.full(total, np.nan), np.full(total, np.nan)
 
     device = next(model.parameters()).device
     kw = _forward_kwargs(model)
@@ -196,23 +260,33 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
                 for r, w in enumerate(batch):
                     tgt = torch.from_numpy(seqs[w.doc][w.first:w.end]).to(device)
                     pos = torch.arange(w.first - 1 - w.begin, w.end - 1 - w.begin, device=device) - shift
-                    lp = logp[r, pos, tgt].double().cpu().numpy()
+                    rows = logp[r, pos]
+                    lp = rows[torch.arange(len(pos), device=device), tgt].double().cpu().numpy()
                     start = slots[w.doc] + w.first - 1  # seq position t is slot t - 1 either way
                     neural[start:start + len(lp)] = lp
+                    # context features of learned mixing (free: the rows are at hand)
+                    entropy[start:start + len(lp)] = neural_entropy(rows).double().cpu().numpy()
+                    top[start:start + len(lp)] = rows.max(dim=-1).values.double().cpu().numpy()
                 bar.update(sum(w.end - w.first for w in batch))
     finally:
         bar.close()
         model.train(was_training)
+    feats = {k: np.concatenate([f[k] for f in inf_f]) if inf_f else np.zeros(0) for k in _INFGRAM_FEATURES
+             if not inf_f or k in inf_f[0]}
     return TokenScores.from_arrays(neural, np.concatenate(inf_p) if inf_p else [],
                                    np.concatenate(inf_s) if inf_s else [], np.concatenate(inf_n) if inf_n else [],
-                                   np.concatenate(doc_of) if doc_of else [])
+                                   np.concatenate(doc_of) if doc_of else [], neural_entropy=entropy,
+                                   neural_top_logprob=top, **feats)
 
 
 def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
-               text_column: str = "text") -> TokenScores:
-    """The same tokens with P_∞ from another index; the neural side is reused, not recomputed.
+               text_column: str = "text", infgram_distributions: Optional[bool] = None) -> TokenScores:
+    """The same tokens with P_∞ (and the ∞-gram context features) from another index; the neural
+    side is reused, not recomputed.
 
     `data` must be what `scores` were computed on. Useful for datastore ablations.
+    `infgram_distributions`: compute num_distinct / top_infgram_prob (default: when `scores`
+    have them).
 
     Example:
         >>> small = with_index(res.scores, tok, texts, InfiniGramIndex.open("quarter"))  # doctest: +SKIP
@@ -220,26 +294,31 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
     """
     if tokenizer is not None:
         check_tokenizer(index, tokenizer)
+    if infgram_distributions is None:
+        infgram_distributions = scores.num_distinct is not None
     docs = _documents(data, tokenizer, text_column)
     per_doc = np.bincount(scores.doc_index, minlength=len(docs))
     if len(per_doc) != len(docs):
         raise ValueError(f"scores cover {len(per_doc)} documents but data has {len(docs)}")
-    p, sp, en = [], [], []
+    p, sp, en, fs = [], [], [], []
     for d, k in zip(docs, per_doc.tolist()):
         if k > len(d):
             raise ValueError("scores do not match data: a document has more scored tokens than tokens")
         if k:
-            a, b, c = infgram_scores(index, d)  # the full prefix is the context
+            a, b, c, f = infgram_features(index, d, distributions=infgram_distributions)  # full prefix = context
             p.append(a[len(d) - k:]); sp.append(b[len(d) - k:]); en.append(c[len(d) - k:])
+            fs.append({name: v[len(d) - k:] for name, v in f.items()})
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
+    feats = {name: cat([f[name] for f in fs], np.float64) for name in (fs[0] if fs else ())}
+    neural = {name: v for name, v in scores.features().items() if name.startswith("neural_")}
     return TokenScores.from_arrays(scores.neural_logprob, cat(p, np.float64), cat(sp, bool), cat(en, np.int64),
-                                   scores.doc_index)
+                                   scores.doc_index, **neural, **feats)
 
 
 def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
                stride: Optional[int] = None, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
                lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, text_column: str = "text",
-               add_bos: bool = True, progress: bool = True) -> PerplexityResult:
+               add_bos: bool = True, progress: bool = True, mixing: Any = None) -> PerplexityResult:
     """Perplexity of `model` alone and interpolated with the ∞-gram of `index` on `data`.
 
     Args:
@@ -256,6 +335,8 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Opt
         batch_size: windows per forward pass.
         add_bos: condition each document's first token on BOS (or EOS); see the module docstring.
         progress: show a tqdm bar (tokens).
+        mixing: a learned mixing model (`MixingModel`, its file or dict, from `fit_mixing`) that
+            chooses λ per token from the context's features; the two λs are then unused.
 
     Returns a `PerplexityResult`; its `.scores` cache every token's probabilities, so
     `interpolate(result.scores, ...)` and `tune_lambdas(result)` never rerun the model.
@@ -266,6 +347,9 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Opt
     """
     check_lambda(lambda_sparse, "lambda_sparse")  # fail before the model runs, not after
     check_lambda(lambda_dense, "lambda_dense")
+    if mixing is not None:
+        from ..lm.learned_mixing import as_mixing
+        mixing = as_mixing(mixing)
     scores = token_scores(model, tokenizer, data, index, window=window, stride=stride, batch_size=batch_size,
                           text_column=text_column, add_bos=add_bos, progress=progress)
-    return interpolate(scores, lambda_sparse, lambda_dense)
+    return interpolate(scores, lambda_sparse, lambda_dense, mixing=mixing)

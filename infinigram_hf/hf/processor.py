@@ -24,7 +24,7 @@ from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
-from .mixing import mix_sparse
+from .mixing import HOST_COLUMNS, DeviceMixing, learned_lambdas_host, mix_sparse, mix_sparse_learned
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -62,6 +62,9 @@ class InfiniGramLogitsProcessor(_Base):
             under the mask; if the model too has nothing left, the row is left unguarded.
         copy_report: record a `CopyStep` per call in `self.copy_steps` (per row: the longest
             verbatim copy ending at the last token, and the number of tokens masked).
+        mixing: a learned mixing model (`MixingModel`, its JSON file or dict; see `fit_mixing`)
+            choosing λ per row from the context's features, instead of lambda_sparse/lambda_dense.
+            λ is computed on the scores' device; rows below min_effective_n still get λ = 0.
 
     Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
     no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
@@ -77,13 +80,19 @@ class InfiniGramLogitsProcessor(_Base):
                  lambda_dense: float = DEFAULT_LAMBDA_DENSE, *, min_effective_n: int = 1,
                  tokenizer: Any = None, pad_token_id: Optional[int] = None,
                  eos_token_id: Optional[int] = None, model_vocab_size: Optional[int] = None,
-                 cache_size: int = 4096, max_copy_len: Optional[int] = None, copy_report: bool = False):
+                 cache_size: int = 4096, max_copy_len: Optional[int] = None, copy_report: bool = False,
+                 mixing: Any = None):
         index = as_index(index)
         if (max_copy_len is not None or copy_report) and not isinstance(index, InfiniGramIndex):
             raise ValueError("max_copy_len and copy_report need a local InfiniGramIndex (not a RemoteIndex)")
         self.index = index
         self.lambda_sparse = check_lambda(lambda_sparse, "lambda_sparse")
         self.lambda_dense = check_lambda(lambda_dense, "lambda_dense")
+        if mixing is not None:
+            from ..lm.learned_mixing import as_mixing
+            mixing = as_mixing(mixing)
+        self.mixing = mixing
+        self._device_mixing = DeviceMixing(mixing) if mixing is not None else None
         self.min_effective_n = int_arg("min_effective_n", min_effective_n, 1)
         if tokenizer is not None:
             check_tokenizer(index, tokenizer)
@@ -150,6 +159,8 @@ class InfiniGramLogitsProcessor(_Base):
                 cnt = np.bincount(inv.reshape(-1), weights=cnt)
                 row_of, tok = key // width, key % width
         self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
+        if self.mixing is not None:
+            return self._learned_entries(d, row_of, tok, cnt, total, n)
         lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
         active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
         lam = np.where(active, lam, 0.0)
@@ -158,6 +169,24 @@ class InfiniGramLogitsProcessor(_Base):
         with np.errstate(divide="ignore"):
             logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
         return row_of, tok, logv, lam
+
+    def _learned_entries(self, d: Any, row_of: np.ndarray, tok: np.ndarray, cnt: np.ndarray, total: np.ndarray,
+                         n: int):
+        """For learned mixing: (row, token, ln P_∞) entries, the rows' HOST_COLUMNS features and
+        which rows mix (λ itself is computed on the scores' device)."""
+        width = np.diff(d.offsets)
+        top = np.zeros(n)
+        has = width > 0
+        if has.any():  # the largest count of each non-empty row, over the distribution as the index gives it
+            top[has] = np.maximum.reduceat(d.counts.astype(np.float64), d.offsets[:-1][has]) / \
+                np.maximum(d.total[has].astype(np.float64), 1.0)
+        host = np.stack([d.suffix_len + 1.0, d.sparse.astype(np.float64), d.total.astype(np.float64),
+                         width.astype(np.float64), top], axis=1)
+        assert host.shape[1] == len(HOST_COLUMNS)
+        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0)
+        sel = active[row_of]
+        row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
+        return row_of, tok, np.log(cnt / total[row_of]), host, active
 
     def _check_not_right_padded(self, rows: np.ndarray) -> None:
         """Refuse a right-padded prompt (its rows would be scored after their padding: identical,
@@ -196,6 +225,17 @@ class InfiniGramLogitsProcessor(_Base):
         logp = torch.log_softmax(scores.float(), dim=-1)
         rows_np = input_ids.detach().cpu().numpy()
         self._check_not_right_padded(rows_np)
+        if self.mixing is not None:
+            row_of, tok, log_p_inf, host, active = self._p_inf(rows_np, width)
+            if not len(row_of):
+                pass
+            elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
+                lam = learned_lambdas_host(self.mixing, host, active, logp)
+                with np.errstate(divide="ignore"):
+                    mix_sparse(logp, row_of, tok, np.log(lam[row_of]) + log_p_inf, lam)
+            else:  # λ where the scores are: no device-to-host copy
+                mix_sparse_learned(logp, row_of, tok, log_p_inf, host, active, self._device_mixing)
+            return self._guard(rows_np, scores, logp).to(scores.dtype)
         row_of, tok, logv, lam = self._p_inf(rows_np, width)
         if not len(row_of):
             return self._guard(rows_np, scores, logp).to(scores.dtype)

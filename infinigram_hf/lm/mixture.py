@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -69,39 +69,77 @@ class TokenScores:
     sparse: np.ndarray          # bool: the ∞-gram estimate has a single possible next token
     effective_n: np.ndarray     # int64: matched suffix length + 1 (0: token outside the index's vocab)
     doc_index: np.ndarray       # int64: which input document the token belongs to
+    # Optional context features for learned mixing (`infinigram_hf.lm.learned_mixing`); None
+    # when not computed. All describe the context only, never the token being predicted.
+    neural_entropy: Optional[np.ndarray] = None      # float64: entropy (nats) of P_neural(· | context)
+    neural_top_logprob: Optional[np.ndarray] = None  # float64: ln max_y P_neural(y | context)
+    context_count: Optional[np.ndarray] = None       # float64: count of the matched suffix (P_∞'s denominator)
+    num_distinct: Optional[np.ndarray] = None        # float64: distinct continuations of the matched suffix
+    top_infgram_prob: Optional[np.ndarray] = None    # float64: max_y P_∞(y | context)
 
     @classmethod
-    def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None) -> "TokenScores":
-        """TokenScores from per-token arrays (converted and checked for equal lengths)."""
+    def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None,
+                    **features: Any) -> "TokenScores":
+        """TokenScores from per-token arrays (converted and checked for equal lengths); `features`:
+        the optional context features by field name (neural_entropy, ..., top_infgram_prob)."""
         n = len(neural_logprob)
         arrays = [np.asarray(neural_logprob, dtype=np.float64), np.asarray(infgram_prob, dtype=np.float64),
                   np.asarray(sparse, dtype=bool), np.asarray(effective_n, dtype=np.int64),
                   np.zeros(n, dtype=np.int64) if doc_index is None else np.asarray(doc_index, dtype=np.int64)]
-        if any(a.shape != (n,) for a in arrays):
+        unknown = set(features) - set(FEATURE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown TokenScores features {sorted(unknown)} (known: {list(FEATURE_FIELDS)})")
+        extra = {k: None if v is None else np.asarray(v, dtype=np.float64) for k, v in features.items()}
+        if any(a.shape != (n,) for a in arrays + [v for v in extra.values() if v is not None]):
             raise ValueError("TokenScores arrays must all be 1-D of the same length")
-        return cls(*arrays)
+        return cls(*arrays, **extra)
 
     def __len__(self) -> int:
         return len(self.neural_logprob)
 
+    def features(self) -> dict[str, np.ndarray]:
+        """The optional context features that are present, by name."""
+        return {k: getattr(self, k) for k in FEATURE_FIELDS if getattr(self, k) is not None}
+
+    def with_features(self, **features: Any) -> "TokenScores":
+        """A copy with these optional features set (or replaced)."""
+        return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
+                                       self.doc_index, **{**self.features(), **features})
+
+    def select(self, mask: Any) -> "TokenScores":
+        """The tokens where `mask` (bool array, or indexes) selects, every array alike."""
+        return TokenScores(*(None if a is None else a[mask] for a in self._arrays()))
+
+    def _arrays(self) -> list:
+        return [self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n, self.doc_index] + \
+            [getattr(self, k) for k in FEATURE_FIELDS]
+
     def concat(self, other: "TokenScores") -> "TokenScores":
-        """Both sets of tokens (document indexes of `other` shifted past this one's)."""
+        """Both sets of tokens (document indexes of `other` shifted past this one's; a feature
+        kept only when both have it)."""
         shift = int(self.doc_index.max()) + 1 if len(self) else 0
-        return TokenScores(*(np.concatenate([a, b]) for a, b in zip(
+        out = [np.concatenate([a, b]) for a, b in zip(
             (self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n, self.doc_index),
-            (other.neural_logprob, other.infgram_prob, other.sparse, other.effective_n, other.doc_index + shift))))
+            (other.neural_logprob, other.infgram_prob, other.sparse, other.effective_n, other.doc_index + shift))]
+        feats = {k: np.concatenate([getattr(self, k), getattr(other, k)]) for k in FEATURE_FIELDS
+                 if getattr(self, k) is not None and getattr(other, k) is not None}
+        return TokenScores(*out, **feats)
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write to a .npz file (reload with `TokenScores.load`)."""
         np.savez_compressed(path, neural_logprob=self.neural_logprob, infgram_prob=self.infgram_prob,
-                            sparse=self.sparse, effective_n=self.effective_n, doc_index=self.doc_index)
+                            sparse=self.sparse, effective_n=self.effective_n, doc_index=self.doc_index,
+                            **self.features())
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "TokenScores":
         """TokenScores saved with save()."""
         with np.load(path) as z:
             return cls.from_arrays(z["neural_logprob"], z["infgram_prob"], z["sparse"], z["effective_n"],
-                                   z["doc_index"])
+                                   z["doc_index"], **{k: z[k] for k in FEATURE_FIELDS if k in z.files})
+
+
+FEATURE_FIELDS = ("neural_entropy", "neural_top_logprob", "context_count", "num_distinct", "top_infgram_prob")
 
 
 @dataclass(frozen=True)
@@ -140,18 +178,21 @@ class PerplexityResult:
     lambda_dense: float
     by_effective_n: EffectiveNBreakdown
     scores: TokenScores
+    mixing: Any = None  # the learned MixingModel when one chose λ per token (the two λs are then unused)
 
     def __repr__(self) -> str:  # (summary numbers, not the per-token arrays of .scores)
+        weights = f"mixing={self.mixing!r}" if self.mixing is not None else \
+            f"lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f}"
         return (f"PerplexityResult(perplexity={self.perplexity:.4f}, neural_perplexity={self.neural_perplexity:.4f}, "
-                f"relative_improvement={self.relative_improvement:.2f}, num_tokens={self.num_tokens}, "
-                f"lambda_sparse={self.lambda_sparse:.4f}, lambda_dense={self.lambda_dense:.4f})")
+                f"relative_improvement={self.relative_improvement:.2f}, num_tokens={self.num_tokens}, {weights})")
 
     def summary(self) -> str:
         """One line: tokens, the model's and the interpolated perplexity, the improvement, λ."""
         return (f"tokens {self.num_tokens:,}  neural PPL {self.neural_perplexity:.3f}  "
                 f"+∞-gram PPL {self.perplexity:.3f}  ({self.relative_improvement:.1f}% improvement, "
-                f"λ_sparse={self.lambda_sparse:.3f}, λ_dense={self.lambda_dense:.3f}, "
-                f"{100 * self.sparse_fraction:.1f}% sparse)")
+                + (f"learned λ ({self.mixing.family}), " if self.mixing is not None else
+                   f"λ_sparse={self.lambda_sparse:.3f}, λ_dense={self.lambda_dense:.3f}, ")
+                + f"{100 * self.sparse_fraction:.1f}% sparse)")
 
 
 @dataclass(frozen=True)
@@ -219,24 +260,31 @@ def breakdown(scores: TokenScores, logp: np.ndarray) -> EffectiveNBreakdown:
 
 
 def interpolate(scores: TokenScores, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
-                lambda_dense: float = DEFAULT_LAMBDA_DENSE) -> PerplexityResult:
+                lambda_dense: float = DEFAULT_LAMBDA_DENSE, *, mixing: Any = None) -> PerplexityResult:
     """Perplexities of the model alone and mixed with the ∞-gram, from cached token scores.
+    `mixing`: a learned `MixingModel` (or its file) choosing λ per token instead of the two λs.
 
     Example:
         >>> res = perplexity(model, tok, texts, index)                 # doctest: +SKIP
         >>> interpolate(res.scores, 0.7, 0.2).perplexity                # doctest: +SKIP
+        >>> interpolate(res.scores, mixing="mixing.json").perplexity    # doctest: +SKIP
     """
     ls = check_lambda(lambda_sparse, "lambda_sparse")
     ld = check_lambda(lambda_dense, "lambda_dense")
     if not isinstance(scores, TokenScores):
         raise ValueError(f"scores must be TokenScores (e.g. result.scores), got {type(scores).__name__}")
-    logp = mixture_logprob(scores, ls, ld)
+    if mixing is not None:
+        from .learned_mixing import as_mixing, learned_logprob
+        mixing = as_mixing(mixing)
+        logp = learned_logprob(scores, mixing)
+    else:
+        logp = mixture_logprob(scores, ls, ld)
     neural, mixed = _ppl(scores.neural_logprob), _ppl(logp)
     return PerplexityResult(neural_perplexity=neural, perplexity=mixed,
                             relative_improvement=relative_improvement(mixed, neural), num_tokens=len(scores),
                             sparse_fraction=float(scores.sparse.mean()) if len(scores) else 0.0,
                             lambda_sparse=ls, lambda_dense=ld, by_effective_n=breakdown(scores, logp),
-                            scores=scores)
+                            scores=scores, mixing=mixing)
 
 
 # ------------------------------------------------------------------ tuning

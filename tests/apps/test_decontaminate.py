@@ -73,3 +73,29 @@ def test_cli(tmp_path, capsys):
     assert rep["total"] == 3 and rep["dropped"] == 2 and rep["kept"] == 1
     kept = [json.loads(line) for line in (tmp_path / "kept.jsonl").read_text().splitlines()]
     assert kept == [rows[1]]
+
+
+def test_index_decontaminator_matches_brute_force_ngram_counts(tmp_path):
+    """IndexDecontaminator's overlap equals the share of the document's token n-grams with a
+    non-zero brute-force count, and documents at or over the threshold are dropped."""
+    import numpy as np
+
+    from conftest import Reference, make_index
+    from infinigram_hf.decontaminate import IndexDecontaminator
+
+    rng = np.random.default_rng(0)
+    corpus = [rng.integers(0, 6, 60).tolist() for _ in range(4)]
+    index = make_index(corpus, tmp_path, vocab_size=6)
+    ref = Reference(corpus, 6)
+    docs = [corpus[0][5:40], rng.integers(0, 6, 30).tolist(), corpus[1][:3], [5, 5, 5, 5, 5, 5, 5], []]
+    for n in (1, 3, 5):
+        deco = IndexDecontaminator(index, n=n, threshold=0.8)
+        for d in docs:
+            grams = [d[i:i + n] for i in range(len(d) - n + 1)] if len(d) >= n else ([d] if d else [])
+            want = sum(ref.count(g) > 0 for g in grams) / len(grams) if grams else 0.0
+            assert deco.overlap(d) == pytest.approx(want), (n, d)
+        kept, report = deco.filter_list(docs)
+        assert report.total == len(docs) and 0 in report.dropped_indices
+        assert len(kept) == report.kept
+    with pytest.raises(ValueError, match="threshold"):
+        IndexDecontaminator(index, threshold=0)

@@ -47,3 +47,26 @@ def test_metric_with_local_model_dir_and_index_path(metric, tiny_model, tiny_tok
     assert out["perplexity"] == pytest.approx(want.perplexity, rel=1e-5)
     with pytest.raises(ValueError, match="model="):
         metric.compute(predictions=DOCS, index=tiny_index)
+
+
+def test_metric_with_learned_mixing_matches_perplexity(metric, tiny_model, tiny_tok, tiny_index, tmp_path):
+    """mixing= (a MixingModel's file) gives perplexity(mixing=)'s numbers, per text too."""
+    import math
+
+    import numpy as np
+
+    from infinigram_hf import MixingModel
+
+    model = MixingModel("logistic", ("sparse", "log_effective_n", "log_context_count"), np.zeros(3), np.ones(3),
+                        [(np.array([[0.3, 0.8, -0.2]]), np.array([-1.0]))])
+    model.save(tmp_path / "m.json")
+    out = metric.compute(predictions=DOCS, model=tiny_model, index=tiny_index, tokenizer=tiny_tok, window=32,
+                         stride=16, mixing=str(tmp_path / "m.json"))
+    want = perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=32, stride=16, mixing=model, progress=False)
+    assert out["perplexity"] == pytest.approx(want.perplexity) and out["mixing"] == "logistic"
+    two = perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=32, stride=16, progress=False)
+    assert not math.isclose(out["perplexity"], two.perplexity)
+    # per-text perplexities average back to the total (token-weighted in log space)
+    n = np.bincount(want.scores.doc_index)
+    total = math.exp((n * np.log(out["perplexities"])).sum() / n.sum())
+    assert total == pytest.approx(want.perplexity)

@@ -49,6 +49,8 @@ Args:
     window (int, default min(1024, the model's context)), stride (int, default window // 2): the
         sliding window.
     lambda_sparse (float), lambda_dense (float): mixture weights.
+    mixing (optional): a learned mixing model (`MixingModel`, or the path of its JSON file, from
+        `infinigram_hf.fit_mixing`) choosing λ per token; the two λs are then unused.
     batch_size (int, default 8): windows per forward pass.
     add_bos (bool, default True): condition each text's first token on BOS/EOS.
     device (str, optional): where to put a model loaded from a path (e.g. "cuda").
@@ -94,7 +96,7 @@ class InfinigramPerplexity(evaluate.Metric):
     def _compute(self, predictions, model: Any = None, index: Any = None, tokenizer: Any = None,
                  window: Optional[int] = None, stride: Optional[int] = None, lambda_sparse: float = DEFAULT_LAMBDA_SPARSE,
                  lambda_dense: float = DEFAULT_LAMBDA_DENSE, batch_size: int = 8, add_bos: bool = True,
-                 device: Optional[str] = None, progress: bool = False):
+                 device: Optional[str] = None, progress: bool = False, mixing: Any = None):
         import numpy as np
 
         if model is None or index is None:
@@ -111,14 +113,16 @@ class InfinigramPerplexity(evaluate.Metric):
                     model = model.to(device)
             res = perplexity(model, tok, list(predictions), ix, window=window, stride=stride,
                              lambda_sparse=lambda_sparse, lambda_dense=lambda_dense, batch_size=batch_size,
-                             add_bos=add_bos, progress=progress)
+                             add_bos=add_bos, progress=progress, mixing=mixing)
         finally:
             if own_index:
                 ix.close()
+        from infinigram_hf.lm.learned_mixing import learned_logprob
         from infinigram_hf.lm.mixture import mixture_logprob
 
         s = res.scores
-        mixed = mixture_logprob(s, res.lambda_sparse, res.lambda_dense)
+        mixed = learned_logprob(s, res.mixing) if res.mixing is not None else \
+            mixture_logprob(s, res.lambda_sparse, res.lambda_dense)
         per_doc, per_doc_nn = [], []
         for d in range(len(predictions)):
             sel = s.doc_index == d
@@ -132,6 +136,7 @@ class InfinigramPerplexity(evaluate.Metric):
             "sparse_fraction": res.sparse_fraction,
             "lambda_sparse": res.lambda_sparse,
             "lambda_dense": res.lambda_dense,
+            "mixing": res.mixing.family if res.mixing is not None else "two_lambda",
             "perplexities": per_doc,
             "neural_perplexities": per_doc_nn,
         }

@@ -1,0 +1,78 @@
+"""Issue 20: per-call time of InfiniGramLogitsProcessor with learned mixing (mixing=, an MLP over
+all features) vs the two λs, same index, same inputs, interleaved runs in one process.
+
+Each call sees held-out stdlib prefixes growing by one token (teacher forcing, so both variants
+see identical contexts) and random (batch, 32000) scores standing in for the model's logits;
+a fresh processor per run (cold cache). Reports the median per-call CPU time of the calling
+thread (torch on 1 thread: on a loaded shared machine wall time mostly measures preemption) and the
+ratio learned / two-λ per run, and their median.
+
+    nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ppl_setup  # noqa: E402
+
+from infinigram_hf import InfiniGramLogitsProcessor, MixingModel  # noqa: E402
+from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, FEATURES  # noqa: E402
+
+
+def mlp(features=tuple(FEATURES), hidden: int = 16) -> MixingModel:
+    rng = np.random.default_rng(0)
+    k = len(features)
+    return MixingModel("mlp", tuple(features), np.zeros(k), np.ones(k),
+                       [(rng.normal(size=(hidden, k)) * 0.3, np.zeros(hidden)), (rng.normal(size=(1, hidden)), [0.0])])
+
+
+def one_run(index, rows: np.ndarray, start: int, calls: int, mixing) -> float:
+    proc = InfiniGramLogitsProcessor(index, 0.5, 0.3, mixing=mixing, eos_token_id=0)
+    gen = torch.Generator().manual_seed(0)
+    times = []
+    for t in range(start, start + calls):
+        ids = torch.from_numpy(rows[:, :t])
+        scores = torch.randn(rows.shape[0], 32000, generator=gen)
+        t0 = time.thread_time()
+        proc(ids, scores)
+        times.append(time.thread_time() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    index = ppl_setup.reference_index("all", progress=False)
+    docs = [d for d in ppl_setup.split_docs("heldout") if len(d) >= args.prompt_len + args.calls]
+    models = {"default features": mlp(DEFAULT_FEATURES), "all 7 features": mlp(tuple(FEATURES))}
+    for b in args.batches:
+        rows = np.stack([d[: args.prompt_len + args.calls] for d in docs[:b]]).astype(np.int64)
+        times: dict = {"two-λ": [], **{k: [] for k in models}}
+        for _ in range(args.runs):  # interleaved: every run measures all variants
+            times["two-λ"].append(one_run(index, rows, args.prompt_len, args.calls, None))
+            for k, m in models.items():
+                times[k].append(one_run(index, rows, args.prompt_len, args.calls, m))
+        base = times["two-λ"]
+        line = [f"batch {b}: two-λ {1e3 * statistics.median(base):.3f} ms CPU/call"]
+        for k in models:
+            ratios = [m / a for m, a in zip(times[k], base)]
+            line.append(f"learned mlp 16, {k} {1e3 * statistics.median(times[k]):.3f} ms (ratio median "
+                        f"{statistics.median(ratios):.2f}; runs {', '.join(f'{r:.2f}' for r in ratios)})")
+        print("; ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Issue 20: which features the learned mixing needs (full datastore, from the caches of
+eval/mixing_table.py; run that first). Fits the MLP on validation with feature subsets and
+reports held-out perplexity (as is); the neural entropy is the one feature that costs the
+processor a pass over the vocabulary.
+
+    nice -n 10 .venv-test/bin/python eval/mixing_ablation.py --domain stdlib
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mixing_table  # noqa: E402
+
+from infinigram_hf import TokenScores, fit_mixing, interpolate, tune_lambdas  # noqa: E402
+from infinigram_hf.lm.learned_mixing import FEATURES  # noqa: E402
+
+SUBSETS = {
+    "all 7": tuple(FEATURES),
+    "without neural_entropy": tuple(f for f in FEATURES if f != "neural_entropy"),
+    "∞-gram only (5)": ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob"),
+    "sparse + log_effective_n": ("sparse", "log_effective_n"),
+}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--domain", choices=["stdlib", "linux"], required=True)
+    args = ap.parse_args(argv)
+    cache = mixing_table.domain_spec(args.domain)["model_dir"] / "mixing-cache"
+    val = TokenScores.load(next(cache.glob("validation-*-all.npz")))
+    test = TokenScores.load(next(cache.glob("heldout-*-all.npz")))
+    two = tune_lambdas(val)
+    print(f"{args.domain}: neural {interpolate(test, 0, 0).perplexity:.2f}, two-λ "
+          f"{interpolate(test, two.lambda_sparse, two.lambda_dense).perplexity:.2f}")
+    print("| features | learned PPL (mlp 16) | logistic |\n|---|---:|---:|")
+    for name, feats in SUBSETS.items():
+        m = fit_mixing(val, family="mlp", hidden=16, features=feats).model
+        lg = fit_mixing(val, family="logistic", features=feats).model
+        print(f"| {name} | {interpolate(test, mixing=m).perplexity:.2f} | {interpolate(test, mixing=lg).perplexity:.2f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
