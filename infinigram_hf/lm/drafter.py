@@ -225,6 +225,16 @@ class InfiniGramDrafter:
             b = self._tls.b = _Scratch(max(self.max_draft, 1), self._param_values)
         return b
 
+    def _state_arg(self, state: Any) -> np.ndarray:
+        """A decoding state as the C calls read it: exactly state_size int64 values (the C API
+        takes a bare pointer, so a shorter array -- e.g. a plain index's state given to a
+        difference's drafter -- would be read past its end)."""
+        st = np.ascontiguousarray(state, dtype=np.int64)
+        size = self.index.state_size
+        if st.shape != (size,):
+            raise ValueError(f"state must hold {size} int64 values for this index, got shape {st.shape}")
+        return st
+
     def _c(self, name: str, *args: Any) -> int:
         """``lib.ig_<name>(index, *args)``, or over a DifferenceIndex ``lib.ig_diff_<name>(index,
         removed, *args)``: the same draft rules in C, on net counts."""
@@ -271,7 +281,7 @@ class InfiniGramDrafter:
             return _NONE
         if self._remote:
             return Draft(*self._remote.chain(state, max_tokens))
-        st = np.ascontiguousarray(state, dtype=np.int64)
+        st = self._state_arg(state)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
         rc = self._c("draft_chain", ptr(st, "int64_t"), max_tokens, self.min_count, self.min_share, self.min_joint,
@@ -341,6 +351,8 @@ class InfiniGramDrafter:
         """`ig_draft_step` itself: (n, tokens, counts, totals, match length, source code); the
         arrays are this thread's buffers (copy what is kept)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
+        if state is not None and self._state_arg(state) is not state:
+            raise ValueError("state must be a contiguous int64 array (the step advances it in place)")
         st = ptr(state, "int64_t") if state is not None else ffi.NULL
         b = self._scratch()
         b.params.infgram_cap, b.params.lookup_cap = caps
@@ -467,7 +479,7 @@ class InfiniGramDrafter:
         k = int_arg("k", k, 0, MAX_TREE_WIDTH)
         if self._remote:
             return self._remote.children(state, k)
-        st = np.ascontiguousarray(state, dtype=np.int64)
+        st = self._state_arg(state)
         toks = np.zeros(max(k, 1), dtype=np.uint32)
         cnts = np.zeros(max(k, 1), dtype=np.uint64)
         child = np.zeros((max(k, 1), self.index.state_size), dtype=np.int64)
@@ -508,7 +520,7 @@ class InfiniGramDrafter:
         if self._remote:
             return DraftTree(*self._remote.tree(state, max_nodes=max_nodes, max_depth=max_depth, width=width,
                                                 min_prob=min_prob))
-        st = np.ascontiguousarray(state, dtype=np.int64)
+        st = self._state_arg(state)
         toks = np.zeros(max(max_nodes, 1), dtype=np.int64)
         par = np.zeros(max(max_nodes, 1), dtype=np.int64)
         probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
