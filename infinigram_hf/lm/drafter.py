@@ -351,8 +351,8 @@ class InfiniGramDrafter:
         """`ig_draft_step` itself: (n, tokens, counts, totals, match length, source code); the
         arrays are this thread's buffers (copy what is kept)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
-        if state is not None and self._state_arg(state) is not state:
-            raise ValueError("state must be a contiguous int64 array (the step advances it in place)")
+        if state is not None and np.shape(state) != (self.index.state_size,):
+            self._state_arg(state)  # raises: the C call would read past the end of a short state
         st = ptr(state, "int64_t") if state is not None else ffi.NULL
         b = self._scratch()
         b.params.infgram_cap, b.params.lookup_cap = caps
