@@ -6,6 +6,8 @@
 #                     (lint-imports, pyproject.toml's [tool.importlinter]), then runs the test suite
 #   make ci           what CI runs (.ci/run): venv-ray, make test, then native-test, fuzz (fixed seeds) and
 #                     sanitize (the whole suite under ASan + UBSan)
+#   make test-latest  the suite on the newest release of every dependency (.venv-latest; the
+#                     gate's venvs install the known-good versions in .ci/constraints.txt)
 #   make native       rebuild the C core in place (into .venv-test's editable install)
 #   make sdist-check  python -m build, then install the sdist into a scratch venv and use it
 #   make native-test  the C tests (native/tests/) built with AddressSanitizer + UBSan
@@ -36,8 +38,16 @@ FUZZ_CAP_SECONDS ?= 300
 FUZZ_SECONDS ?= 1800
 SOAK_SECONDS ?= 60
 PIP_FLAGS := --disable-pip-version-check $(if $(CI),--progress-bar off,)
+LATEST_VENV := .venv-latest
+# Every pip call below (and in tools/) installs the versions in .ci/constraints.txt: CI must pass
+# or fail on the commit, not on whatever was released upstream that day. `make test-latest` is
+# the unpinned run, outside the gate.
+CONSTRAINTS ?= $(CURDIR)/.ci/constraints.txt
+ifneq ($(CONSTRAINTS),)
+export PIP_CONSTRAINT := $(CONSTRAINTS)
+endif
 
-.PHONY: demo test ci native sdist-check clean venv-demo venv-test venv-ray native-test sanitize fuzz fuzz-long fuzz-deps soak
+.PHONY: test-latest _test-unpinned demo test ci native sdist-check clean venv-demo venv-test venv-ray native-test sanitize fuzz fuzz-long fuzz-deps soak
 .PRECIOUS: %/.venv-ready
 
 # A venv is made once; its marker file records that pip and torch are in.
@@ -66,6 +76,20 @@ test: venv-test
 	$(TEST_VENV)/bin/lint-imports
 	@$(TEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+# The suite on the newest release of every dependency (not the gate: run it to refresh
+# .ci/constraints.txt, or to see what the next upstream release breaks).
+test-latest:
+	env -u PIP_CONSTRAINT $(MAKE) --no-print-directory CONSTRAINTS= _test-unpinned
+
+_test-unpinned:
+	[ -x $(LATEST_VENV)/bin/python ] || $(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q --upgrade pip "torch==$(TORCH_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q --upgrade --upgrade-strategy eager -e ".[test,ray]"
+	$(LATEST_VENV)/bin/python -m pip freeze --exclude-editable | grep -v -i '^torch==' > $(LATEST_VENV)/versions.txt
+	$(LATEST_VENV)/bin/lint-imports
+	$(LATEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@echo "make test-latest: passed on the versions in $(LATEST_VENV)/versions.txt"
 
 native: $(TEST_VENV)/.venv-ready
 	$(TEST_VENV)/bin/python -m pip install $(PIP_FLAGS) -q "setuptools>=77" wheel "cffi>=1.16"
@@ -133,5 +157,5 @@ soak: venv-test
 
 clean:
 	rm -rf build dist *.egg-info infinigram_hf/_core/_lib.c infinigram_hf/_core/_lib*.so \
-	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV) $(SAN_VENV)
+	  .pytest_cache .hypothesis $(DEMO_VENV) $(TEST_VENV) $(SDIST_VENV) $(SAN_VENV) $(LATEST_VENV)
 	find . -name __pycache__ -type d -not -path './.venv*' -prune -exec rm -rf {} +

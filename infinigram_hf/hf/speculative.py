@@ -47,7 +47,8 @@ from ..index import InfiniGramIndex
 _NO_DRAFT = Draft(np.zeros(0, dtype=np.int64), "none", 0)
 
 # model_kwargs generate() prepares that the loop replaces with its own
-_HANDLED_KWARGS = {"attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep",
+# "cache" is what transformers >= 5.24 calls past_key_values; the loop makes its own cache.
+_HANDLED_KWARGS = {"attention_mask", "position_ids", "past_key_values", "cache", "use_cache", "logits_to_keep",
                    "cache_position", "output_attentions", "output_hidden_states", "return_dict"}
 
 
@@ -294,12 +295,13 @@ class _Loop:
         self.last = [int(t) for t in self.input_ids[:, -1].tolist()]
         self.rows = [self.drafter.start(self.input_ids[b][self.mask[b]].cpu().numpy()) for b in range(n_rows)]
         cache = self._new_cache()
+        cache_kw = {_cache_keyword(model): cache}
         t_model = t_draft = 0.0
         if p > 1:  # prefill all but the last token, which every step feeds first
             t0 = time.perf_counter()
             kw = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
             model(input_ids=self.input_ids[:, :-1], attention_mask=self.mask[:, :-1].long(),
-                  position_ids=positions[:, :-1], past_key_values=cache, use_cache=True, **kw)
+                  position_ids=positions[:, :-1], use_cache=True, **cache_kw, **kw)
             t_model += time.perf_counter() - t0
         kv_mask = self.mask[:, :-1]
         active = [b for b in range(n_rows) if not done[b]]
@@ -324,7 +326,7 @@ class _Loop:
                 attn = None
             else:
                 attn = torch.cat([kv_mask, torch.ones(len(active), q, dtype=torch.bool, device=dev)], 1).long()
-            out = model(input_ids=chunk, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = model(input_ids=chunk, attention_mask=attn, position_ids=pos, use_cache=True, **cache_kw)
             logits = out.logits.float()
             t_model += time.perf_counter() - t0
             scores = self._process(active, plans, logits) if self.processors else logits
@@ -528,6 +530,12 @@ class _Loop:
 
 def _cut(draft: Draft, w: int) -> Draft:
     return Draft(draft.tokens[:w], draft.source, draft.match_len, draft.counts[:w], draft.totals[:w])
+
+
+def _cache_keyword(model: Any) -> str:
+    """The forward() argument that takes the KV cache: `cache` from transformers 5.24 on
+    (`past_key_values` is its deprecated alias there), `past_key_values` before and in custom models."""
+    return "cache" if _accepts(model, "cache") else "past_key_values"
 
 
 def _accepts(model: Any, name: str) -> bool:
