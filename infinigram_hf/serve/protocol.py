@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import Any, Optional
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - depends on the install
 # seconds a client has to send a request head; the serve command sets it (--header-timeout)
 HEADER_TIMEOUT_ENV = "INFINIGRAM_SERVE_HEADER_TIMEOUT"
 MAX_HEAD_BYTES = 64 << 10  # a request head larger than this closes the connection
+MAX_JOINED_BODY = 1 << 16  # a response body up to this size is written in one piece with its head
 
 
 def header_timeout() -> float:
@@ -35,14 +36,70 @@ def header_timeout() -> float:
     return float(os.environ.get(HEADER_TIMEOUT_ENV, "10"))
 
 
+class HeadWithBody:
+    """The transport of one request cycle as its response sees it: the response head is held
+    until the body's first write and goes out in the same write (one TCP segment for a small
+    answer), as the ASGI spec asks ("must not start sending the response to the client until it
+    has received at least one Response Body event"). uvicorn writes them apart, so a client reading
+    a small answer woke twice and the server paid two sends: measured in eval/RESULTS.md (issue 16).
+    Everything else is passed to the connection's transport."""
+
+    __slots__ = ("_transport", "_cycle", "_head", "_head_seen")
+
+    def __init__(self, transport: Any, cycle: Any):
+        self._transport, self._cycle = transport, cycle
+        self._head: Optional[bytes] = None
+        self._head_seen = False
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if len(data) <= MAX_JOINED_BODY:
+                data = head + data
+            else:  # (a large body is not copied to save one small segment)
+                self._transport.write(head)
+        elif not self._head_seen and self._cycle.response_started:
+            # the first write once the response has started is its head (a 100 Continue comes
+            # earlier); an answer to HEAD has no body write (httptools), so its head goes at once
+            self._head_seen = True
+            if self._cycle.scope.get("method") != "HEAD":
+                self._head = bytes(data)
+                return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held head (a cycle that ends without a body: the connection is closed next)."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class HeaderDeadline:
     """Mixin for a uvicorn HTTP protocol (both keep the request in progress in ``self.cycle``, a
     new object once a request head has been parsed): closes connections whose request head does
-    not arrive in time or outgrows MAX_HEAD_BYTES, and sets TCP_NODELAY on every accepted socket."""
+    not arrive in time or outgrows MAX_HEAD_BYTES, sets TCP_NODELAY on every accepted socket, and
+    writes each response's head and body together (`HeadWithBody`)."""
 
     _head_timer: Any = None
     _waiting_cycle: Any = None  # the request cycle when the timer was armed (a new one = head complete)
     _head_bytes = 0             # bytes received since then
+    _wrapped_cycle: Any = None  # the last cycle given a HeadWithBody transport
+
+    def _wrap_cycle(self) -> None:
+        """Give a newly made request cycle (its ASGI task has not run yet) a `HeadWithBody`
+        transport. A cycle missed here (two pipelined requests parsed from one read) keeps the
+        plain transport: it answers the same, in two writes."""
+        cycle = self.cycle  # type: ignore[attr-defined]
+        if cycle is not None and cycle is not self._wrapped_cycle and not cycle.response_started:
+            self._wrapped_cycle = cycle
+            cycle.transport = HeadWithBody(cycle.transport, cycle)
 
     def _arm(self) -> None:
         self._disarm()
@@ -73,6 +130,7 @@ class HeaderDeadline:
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)  # type: ignore[misc]
+        self._wrap_cycle()
         if self._head_timer is not None:
             if self.cycle is not self._waiting_cycle:  # type: ignore[attr-defined]
                 self._disarm()  # a request head was parsed: the request's time budget takes over
@@ -87,6 +145,7 @@ class HeaderDeadline:
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
+        self._wrap_cycle()  # h11 starts a pipelined request from here
         if not self.transport.is_closing():  # type: ignore[attr-defined]
             self._arm()
 
