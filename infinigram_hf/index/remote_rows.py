@@ -41,10 +41,14 @@ class RemoteRowStates:
         starts = np.asarray(starts, dtype=np.int64)
         n, width = rows.shape
         grown = grown_rows(self._prev, rows, starts)
-        ext, other = np.flatnonzero(grown), np.flatnonzero(~grown)
+        if n and grown.all():  # a decoding loop's usual step: every row grew by one token
+            ext, other = np.arange(n), ()
+            prev_states = self._prev[2]  # type: ignore[index]
+        else:
+            ext, other = np.flatnonzero(grown), np.flatnonzero(~grown)
+            prev_states = self._prev[2][ext] if len(ext) else None  # type: ignore[index]
         arrays: dict[str, Any] = {"grown": grown}
         if len(ext):
-            prev_states = self._prev[2][ext]  # type: ignore[index]
             tails, tail_offsets = state_tails(rows, starts, ext, prev_states)
             arrays.update(states=prev_states, tail_values=tails, tail_offsets=tail_offsets)
         if len(other):

@@ -41,55 +41,93 @@ def _code(dtype: np.dtype) -> str:
     return code
 
 
+_JSON_NAMES: dict = {}  # array name -> its JSON string (a decoding loop sends the same few names)
+
+
+def _json_name(name: str) -> str:
+    s = _JSON_NAMES.get(name)
+    if s is None:
+        if not isinstance(name, str):
+            raise WireError(f"array names must be strings, got {name!r}")
+        s = json.dumps(name)
+        if len(_JSON_NAMES) < 1024:
+            _JSON_NAMES[name] = s
+    return s
+
+
 def encode(params: Mapping[str, Any], arrays: Mapping[str, Any] = {}) -> bytes:
-    """One message from JSON-able params and named numpy arrays."""
+    """One message from JSON-able params and named numpy arrays.
+
+    Written for a decoding loop's small messages (one per step, issue 16): the header is built
+    as text from the specs (json.dumps of the nested dicts cost more than the arrays), and each
+    array's bytes are joined straight from its buffer (no tobytes copy)."""
     specs, blobs = [], []
     for name, arr in arrays.items():
-        a = np.asarray(arr)
-        code = _code(a.dtype)
-        a = np.asarray(a, dtype=_NP[code], order="C")
-        specs.append({"name": name, "dtype": code, "shape": list(a.shape)})
-        blobs.append(a.tobytes())
-    header = json.dumps({"params": dict(params), "arrays": specs}, separators=(",", ":")).encode()
+        a = arr if type(arr) is np.ndarray else np.asarray(arr)
+        dt = _NP[_code(a.dtype)]
+        if a.dtype != dt or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a, dtype=dt)
+        specs.append('{"name":%s,"dtype":"%s","shape":[%s]}'
+                     % (_json_name(name), _CODE[(dt.kind, dt.itemsize)], ",".join(map(str, a.shape))))
+        blobs.append(a)
+    head = json.dumps(dict(params), separators=(",", ":")) if params else "{}"
+    header = ('{"params":%s,"arrays":[%s]}' % (head, ",".join(specs))).encode()
     return b"".join([MAGIC, len(header).to_bytes(4, "little"), header, *blobs])
 
 
 def decode(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(params, arrays) of a message; WireError when it is malformed in any way."""
-    mv = memoryview(body)
-    if len(mv) < 8 or bytes(mv[:4]) != MAGIC:
+    """(params, arrays) of a message; WireError when it is malformed in any way.
+
+    Arrays are views of one uint8 array over the body (a view per array is cheaper than
+    np.frombuffer per array); one whose offset is no multiple of its item size is copied."""
+    size = len(body)
+    if size < 8 or body[:4] != MAGIC:
         raise WireError(f"the body is not an {CONTENT_TYPE} message (it must start with {MAGIC!r})")
-    hlen = int.from_bytes(mv[4:8], "little")
-    if hlen > MAX_HEADER or 8 + hlen > len(mv):
-        raise WireError(f"header length {hlen} does not fit the {len(mv)}-byte body")
+    hlen = int.from_bytes(body[4:8], "little")
+    if hlen > MAX_HEADER or 8 + hlen > size:
+        raise WireError(f"header length {hlen} does not fit the {size}-byte body")
     try:
-        header = json.loads(bytes(mv[8:8 + hlen]))
+        header = json.loads(bytes(body[8:8 + hlen]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(f"the header is not JSON: {exc}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("params", {}), dict) \
-            or not isinstance(header.get("arrays", []), list):
+    if type(header) is not dict:
         raise WireError("the header must be {\"params\": {...}, \"arrays\": [...]}")
-    specs = header.get("arrays", [])
+    params, specs = header.get("params", {}), header.get("arrays", [])
+    if type(params) is not dict or type(specs) is not list:
+        raise WireError("the header must be {\"params\": {...}, \"arrays\": [...]}")
     if len(specs) > MAX_ARRAYS:
         raise WireError(f"at most {MAX_ARRAYS} arrays, got {len(specs)}")
     arrays: dict[str, np.ndarray] = {}
     pos = 8 + hlen
+    if specs:
+        buf = np.frombuffer(body, dtype=np.uint8)
+        base = buf.ctypes.data
     for spec in specs:
-        if not isinstance(spec, dict):
+        if type(spec) is not dict:
             raise WireError("each array spec must be {\"name\", \"dtype\", \"shape\"}")
         name, code, shape = spec.get("name"), spec.get("dtype"), spec.get("shape")
-        if not isinstance(name, str) or code not in DTYPES or not isinstance(shape, list) or len(shape) > MAX_DIMS \
-                or not all(type(d) is int and d >= 0 for d in shape):
+        dt = _NP.get(code) if type(code) is str else None
+        count = 1
+        if type(shape) is list and len(shape) <= MAX_DIMS:
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    count = -1
+                    break
+                count *= d
+        else:
+            count = -1
+        if type(name) is not str or dt is None or count < 0:
             raise WireError(f"bad array spec {spec!r} (dtype one of {sorted(DTYPES)}, shape a list of ints >= 0)")
-        dt = _NP[code]
-        n = math.prod(shape) * dt.itemsize
-        if pos + n > len(mv):
-            raise WireError(f"array {name!r} of shape {shape} needs {n} bytes; the body has {len(mv) - pos} left")
-        arr = np.frombuffer(mv[pos:pos + n], dtype=dt).reshape(tuple(shape))
+        n = count * dt.itemsize
+        if pos + n > size:
+            raise WireError(f"array {name!r} of shape {shape} needs {n} bytes; the body has {size - pos} left")
+        arr = buf[pos:pos + n].view(dt)
+        if len(shape) != 1:
+            arr = arr.reshape(shape)
         # the body packs arrays back to back: one at an offset that is no multiple of its item
         # size is copied, since the C core reads its items as aligned values (UBSan: misaligned load)
-        arrays[name] = arr if arr.ctypes.data % max(dt.itemsize, 1) == 0 else arr.copy()
+        arrays[name] = arr.copy() if (base + pos) % dt.itemsize else arr
         pos += n
-    if pos != len(mv):
-        raise WireError(f"{len(mv) - pos} bytes after the declared arrays")
-    return header.get("params", {}), arrays
+    if pos != size:
+        raise WireError(f"{size - pos} bytes after the declared arrays")
+    return params, arrays

@@ -235,16 +235,22 @@ def op_rows_ntd(s: ServedIndex, p: dict, a: Arrays) -> Result:
     n, size = len(grown), s.index.state_size
     if n > s.limits.max_batch:
         raise ValueError(f"at most {s.limits.max_batch} rows per request (--max-batch), got {n}")
-    ext, other = np.flatnonzero(grown), np.flatnonzero(~grown)
-    out = np.zeros((n, size), dtype=np.int64)
-    if len(ext):
+    all_grown = n > 0 and bool(grown.all())  # a decoding loop's usual step: no row to place or look up
+    ext, other = (None, ()) if all_grown else (np.flatnonzero(grown), np.flatnonzero(~grown))
+    n_ext = n if all_grown else len(ext)
+    out = None if all_grown else np.zeros((n, size), dtype=np.int64)
+    if n_ext:
         states = _array(a, "states", "i", ndim=2)
-        if states.shape != (len(ext), size):
-            raise ValueError(f"states must be ({len(ext)}, {size}) for the {len(ext)} grown rows, got {states.shape}")
+        if states.shape != (n_ext, size):
+            raise ValueError(f"states must be ({n_ext}, {size}) for the {n_ext} grown rows, got {states.shape}")
         tv, to = s.batch(a, "tail_values", "tail_offsets")
-        if len(to) != len(ext) + 1:
-            raise ValueError(f"tail_offsets must hold {len(ext) + 1} values (one tail per grown row), got {len(to)}")
-        out[ext] = extend_states(s.index, states, tv, to)
+        if len(to) != n_ext + 1:
+            raise ValueError(f"tail_offsets must hold {n_ext + 1} values (one tail per grown row), got {len(to)}")
+        extended = extend_states(s.index, states, tv, to)
+        if all_grown:
+            out = extended
+        else:
+            out[ext] = extended
     if len(other):
         values, offsets = s.batch(a)
         if len(offsets) != len(other) + 1:

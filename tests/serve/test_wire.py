@@ -33,13 +33,36 @@ def test_malformed_messages_are_refused() -> None:
                    b'{"arrays": [{"name": "v", "dtype": "u4", "shape": [-1]}]}',
                    b'{"arrays": [{"name": "v", "dtype": "u4", "shape": [1, 1, 1, 1, 1]}]}',
                    b'{"arrays": [{"name": "v", "dtype": "u4", "shape": [4294967296, 4294967296]}]}',
-                   b'{"arrays": "no"}', b'[1]', b'{"params": 3}'):
+                   b'{"arrays": "no"}', b'[1]', b'{"params": 3}',
+                   # regression: an unhashable dtype raised TypeError (not a WireError) in decode
+                   b'{"arrays": [{"name": "v", "dtype": ["u4"], "shape": [4]}]}',
+                   b'{"arrays": [{"name": "v", "dtype": "u4", "shape": [true]}]}',
+                   b'{"arrays": [{"name": 3, "dtype": "u4", "shape": [4]}]}', b'{"arrays": [7]}'):
         bad.append(wire.MAGIC + len(header).to_bytes(4, "little") + header)
     for body in bad:
         with pytest.raises(wire.WireError):
             wire.decode(body)
     with pytest.raises(wire.WireError):
         wire.encode({}, {"o": np.array([object()])})
+
+
+def test_encoded_bytes_are_those_of_the_format() -> None:
+    """The header is built as text (not json.dumps of dicts) and arrays are joined from their
+    buffers: the bytes must still be the documented format -- magic, header length, a JSON header
+    naming each array's dtype code and shape, then the arrays in order, little-endian, C order."""
+    import json
+
+    arrays = {"a\"b": np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2],  # not contiguous
+              "big": np.array([1, 2], dtype=">u4"), "flag": np.array([True, False]), "empty": np.zeros((0, 2), np.float32)}
+    body = wire.encode({"k": [1, "x"]}, arrays)
+    hlen = int.from_bytes(body[4:8], "little")
+    assert body[:4] == wire.MAGIC
+    header = json.loads(body[8:8 + hlen])
+    assert header == {"params": {"k": [1, "x"]}, "arrays": [
+        {"name": "a\"b", "dtype": "i8", "shape": [2, 2]}, {"name": "big", "dtype": "u4", "shape": [2]},
+        {"name": "flag", "dtype": "b1", "shape": [2]}, {"name": "empty", "dtype": "f4", "shape": [0, 2]}]}
+    assert body[8 + hlen:] == (np.array([[0, 2], [3, 5]], "<i8").tobytes() + np.array([1, 2], "<u4").tobytes()
+                               + b"\x01\x00")
 
 
 def test_arrays_at_odd_offsets_come_out_aligned() -> None:
