@@ -40,7 +40,11 @@ def start(pythonpath):
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
     env = dict(os.environ); env.pop("PYTHONPATH", None)
     if pythonpath: env["PYTHONPATH"] = pythonpath
-    p = subprocess.Popen([sys.executable, "-m", "infinigram_hf.cli", "serve", IDX, "--name", "ix", "--port", str(port)], env=env, stdout=subprocess.DEVNULL)
+    # `python -m` puts the working directory first on sys.path, before PYTHONPATH: the previous
+    # server must start in its own directory, or it runs this checkout's package (it did until
+    # 2026-11-24 s6, so the "before server" rows of the first run were this server)
+    p = subprocess.Popen([sys.executable, "-m", "infinigram_hf.cli", "serve", IDX, "--name", "ix", "--port", str(port)],
+                         env=env, stdout=subprocess.DEVNULL, cwd=pythonpath or None)
     for _ in range(600):
         try: socket.create_connection(("127.0.0.1", port), 1).close(); break
         except OSError: time.sleep(0.1)

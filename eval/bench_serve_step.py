@@ -95,7 +95,7 @@ def worker(args: argparse.Namespace) -> dict:
         srv = start([py, "-m", "infinigram_hf.cli", "serve", args.index, "--name", "ix", "--port", "PORT",
                      "--workers", "1"])
         B, N = args.batch, args.steps
-        ctxs = [c for c in contexts(20 * B, 7 + B) if len(c) >= 64 + N][:B]
+        ctxs = [c for c in contexts(20 * B, 7 + B) if len(c) >= 64 + max(N, args.proc_steps)][:B]
         rows_all = np.array([c[:64 + N] for c in ctxs], dtype=np.int64)
         starts = np.zeros(B, dtype=np.int64)
         body, hdr = b"y" * 1144, {"Content-Type": "application/x-infinigram-arrays"}
@@ -121,11 +121,51 @@ def worker(args: argparse.Namespace) -> dict:
             c1, s1 = time.thread_time_ns(), sched_ns(proc.pid) if proc else 0
             out[name] = {"wall_us": statistics.median(walls) / 1e3, "client_cpu_us": (c1 - c0) / (N - 1) / 1e3,
                          "server_cpu_us": (s1 - s0) / (N - 1) / 1e3}
+        if args.processor:
+            out.update(processor_cells(args, local, remote, ctxs, srv[0], (raw, echo)))
     finally:
         for p in procs:
             p.terminate()
             p.wait()
     return out
+
+
+def processor_cells(args: argparse.Namespace, local, remote, ctxs: list, server, floors: tuple) -> dict:
+    """The processor's step (`InfiniGramLogitsProcessor` over 32k-vocabulary scores, each row
+    growing one held-out token a step, as eval/bench_serve.py): in-process (``proc_local``), over
+    the remote index (``proc_remote``), and in-process followed by one round trip to the raw /
+    the bare ASGI floor server (``proc_raw``, ``proc_echo``: what any server would add to a step
+    made this way, at this load). Rounds of the four alternate; wall = median step, CPU = mean."""
+    import torch
+
+    from infinigram_hf import InfiniGramLogitsProcessor
+    from infinigram_hf.index.http_pool import Pool
+
+    torch.set_num_threads(1)
+    B, steps = len(ctxs), args.proc_steps
+    scores = torch.randn(B, 32000 + 64, generator=torch.Generator().manual_seed(0))
+    ids = [torch.tensor([c[:k] for c in ctxs]) for k in range(64, 64 + steps)]
+    body, hdr = b"y" * 1144, {"Content-Type": "application/x-infinigram-arrays"}
+    pools = {"proc_raw": Pool("http", f"127.0.0.1:{floors[0][1]}"), "proc_echo": Pool("http", f"127.0.0.1:{floors[1][1]}")}
+    pids = {"proc_raw": floors[0][0].pid, "proc_echo": floors[1][0].pid, "proc_remote": server.pid}
+    cells: dict = {}
+    for _ in range(args.proc_rounds):
+        for name in ("proc_local", "proc_raw", "proc_echo", "proc_remote"):
+            proc = InfiniGramLogitsProcessor(remote if name == "proc_remote" else local, 0.5, 0.3)
+            pool = pools.get(name)
+            walls = []
+            pid = pids.get(name)
+            s0, c0 = sched_ns(pid) if pid else 0, time.thread_time_ns()
+            for x in ids:
+                t0 = time.perf_counter_ns()
+                proc(x, scores)
+                if pool is not None:
+                    pool.request("POST", "/v1/ix/op/x", body, hdr, 10)
+                walls.append(time.perf_counter_ns() - t0)
+            c1, s1 = time.thread_time_ns(), sched_ns(pid) if pid else 0
+            cells.setdefault(name, []).append((statistics.median(walls) / 1e3, (c1 - c0 + s1 - s0) / steps / 1e3))
+    return {name: {"wall_us": statistics.median(w for w, _ in v), "cpu_us": statistics.median(c for _, c in v)}
+            for name, v in cells.items()}
 
 
 def main() -> None:
@@ -136,6 +176,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "bench_serve_step.json")
+    ap.add_argument("--processor", action="store_true", help="also the processor's whole step (see processor_cells)")
+    ap.add_argument("--proc-steps", type=int, default=100)
+    ap.add_argument("--proc-rounds", type=int, default=3)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -152,7 +195,8 @@ def main() -> None:
             # PYTHONPATH: `python -m` puts the working directory first on sys.path)
             env = dict(os.environ, PYTHONPATH=pkg)
             cmd = [sys.executable, str(HERE / "bench_serve_step.py"), "--worker", "--index", args.index,
-                   "--batch", str(args.batch), "--steps", str(args.steps)]
+                   "--batch", str(args.batch), "--steps", str(args.steps), "--proc-steps", str(args.proc_steps),
+                   "--proc-rounds", str(args.proc_rounds)] + (["--processor"] if args.processor else [])
             r = subprocess.run(cmd, cwd=pkg, env=env, capture_output=True, text=True, check=True)
             runs[v].append(json.loads(r.stdout.strip().splitlines()[-1]))
             loads.append(os.getloadavg()[0])
