@@ -151,3 +151,29 @@ def test_a_held_head_is_written_when_the_app_fails(protocol) -> None:
 
     writes = [w for w in _answers(protocol, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", app) if w]
     assert writes and writes[0].startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda c: c.__name__)
+def test_large_and_streamed_answers_keep_their_bytes_and_order(protocol) -> None:
+    """The head is joined only to a small first body write (a large body is not copied for it);
+    a streamed answer's later chunks go out as they come. Every byte arrives, in order."""
+    big = bytes(range(256)) * 400  # 100 kB, past MAX_JOINED_BODY
+
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == "/big":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(len(big)).encode())]})
+            await send({"type": "http.response.body", "body": big})
+        else:
+            await send({"type": "http.response.start", "status": 200, "headers": []})  # chunked
+            for part in (b"ab", b"cd", b""):
+                await send({"type": "http.response.body", "body": part, "more_body": part != b""})
+
+    writes = [w for w in _answers(protocol, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n", app) if w]
+    assert len(writes) == 2 and writes[0].startswith(b"HTTP/1.1 200") and writes[0].endswith(b"\r\n\r\n")
+    assert writes[1] == big
+    writes = [w for w in _answers(protocol, b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n", app) if w]
+    joined = b"".join(writes)
+    assert writes[0].startswith(b"HTTP/1.1 200") and b"\r\n\r\n2\r\nab\r\n" in writes[0]  # head + first chunk
+    assert joined.endswith(b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n") and len(writes) >= 2
