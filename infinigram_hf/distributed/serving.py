@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core import format as fmt
 from .._core.ids import as_ids
-from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, int64_len, lib, ptr
 from ..index import InfiniGramIndex
 from ..index.batch import as_batch
 from ..index.facts import IndexFacts
@@ -176,9 +176,9 @@ class ShardGroup:
         n_out, match, src = ffi.new("int64_t *"), ffi.new("int64_t *"), ffi.new("int *")
         err = err_buffer()
         with self.index.native_handle() as ix:
-            rc = lib.ig_draft_step(ix, ptr(st, "int64_t"), ptr(seq, "int64_t"), len(seq), int(n_new), params, 0,
-                                   ptr(out, "int64_t"), ptr(cnt, "uint64_t"), ptr(tot, "uint64_t"), n_out, match, src,
-                                   err, len(err))
+            rc = lib.ig_draft_step(ix, ptr(st, "int64_t"), int64_len(st), ptr(seq, "int64_t"), len(seq), int(n_new),
+                                   params, 0, ptr(out, "int64_t"), ptr(cnt, "uint64_t"), ptr(tot, "uint64_t"), n_out,
+                                   match, src, err, len(err))
         check(rc, err)
         return st
 
