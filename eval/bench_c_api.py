@@ -8,7 +8,8 @@ commit and the working tree's, side by side in one process.
 Both cores are compiled here (gcc -O2, as the package builds them; bench_dense_backoff.py's
 helpers) into shared libraries and called through ctypes with the same arguments, one thread
 per call. A core from before the API version (no ig_api_version) is called with the old
-signatures of the folded calls (no max_entries). Index: tinyshakespeare as words (whitespace
+signatures of the folded calls (no max_entries); one before API version 5, without the state
+lengths that the state and draft calls take since. Index: tinyshakespeare as words (whitespace
 split, ids by first appearance), the first 90% in two shards of 200-word documents; queries are
 2,000 windows of 24 words of the held-out 10% (seeded). Workloads:
 
@@ -77,16 +78,23 @@ class Core:
     def __init__(self, lib_path: Path):
         self.lib = lib = ctypes.CDLL(str(lib_path))
         self.versioned = hasattr(lib, "ig_api_version")
+        # API version 5: every state (or n states) is passed with its length in int64 values
+        self.sized = self.versioned and lib.ig_api_version() >= 5
         lib.ig_open.argtypes = [ctypes.POINTER(P), ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_char_p,
                                 ctypes.c_size_t]
         lib.ig_state_size.argtypes, lib.ig_state_size.restype = [P], I64
         lib.ig_ntd_batch_entries.argtypes, lib.ig_ntd_batch_entries.restype = [P], I64
         lib.ig_ntd_batch_free.argtypes = [P]
-        lib.ig_draft_step.argtypes = [P, P, P, I64, I64, ctypes.POINTER(DraftParams), I64, P, P, P, P, P, P,
+        n = [I64] if self.sized else []
+        lib.ig_draft_step.argtypes = [P, P, *n, P, I64, I64, ctypes.POINTER(DraftParams), I64, P, P, P, P, P, P,
                                       ctypes.c_char_p, ctypes.c_size_t]
-        lib.ig_draft_chain.argtypes = [P, P, I64, U64, ctypes.c_double, ctypes.c_double, I64, P, P, P, P,
+        lib.ig_draft_chain.argtypes = [P, P, *n, I64, U64, ctypes.c_double, ctypes.c_double, I64, P, P, P, P,
                                        ctypes.c_char_p, ctypes.c_size_t]
         self.err = ctypes.create_string_buffer(1024)
+
+    def length(self, states: np.ndarray) -> tuple:
+        """The state-length argument of the state and draft calls (none before API version 5)."""
+        return (I64(states.size),) if self.sized else ()
 
     def ok(self, rc: int) -> None:
         if rc:
@@ -119,8 +127,8 @@ class Core:
     def ntd_states(self, ix: Any, states: np.ndarray) -> tuple:
         out, n = ctypes.c_void_p(), len(states)
         cap = (I64(0),) if self.versioned else ()
-        self.ok(self.lib.ig_ntd_batch_states(ix, P(ptr(states)), I64(n), I64(0), *cap, ctypes.c_int(1),
-                                             ctypes.byref(out), self.err, ctypes.c_size_t(1024)))
+        self.ok(self.lib.ig_ntd_batch_states(ix, P(ptr(states)), *self.length(states), I64(n), I64(0), *cap,
+                                             ctypes.c_int(1), ctypes.byref(out), self.err, ctypes.c_size_t(1024)))
         return self.collect(out, n)
 
     def states(self, ix: Any, values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -128,14 +136,15 @@ class Core:
         st = np.zeros((len(offsets) - 1, size), np.int64)
         for i in range(len(offsets) - 1):
             self.ok(self.lib.ig_state_init(ix, P(ptr(values) + 4 * int(offsets[i])),
-                                           I64(int(offsets[i + 1] - offsets[i])), P(ptr(st[i])), self.err,
-                                           ctypes.c_size_t(1024)))
+                                           I64(int(offsets[i + 1] - offsets[i])), P(ptr(st[i])), *self.length(st[i]),
+                                           self.err, ctypes.c_size_t(1024)))
         return st
 
     def extend_batch(self, ix: Any, states: np.ndarray, values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         out = np.zeros_like(states)
-        self.ok(self.lib.ig_state_extend_batch(ix, P(ptr(states)), P(ptr(values)), I64(len(values)),
-                                               P(ptr(offsets)), I64(len(states)), P(ptr(out)), ctypes.c_int(1),
+        self.ok(self.lib.ig_state_extend_batch(ix, P(ptr(states)), *self.length(states), P(ptr(values)),
+                                               I64(len(values)), P(ptr(offsets)), I64(len(states)), P(ptr(out)),
+                                               ctypes.c_int(1),
                                                self.err, ctypes.c_size_t(1024)))
         return out
 
@@ -144,8 +153,8 @@ class Core:
 
     def state_prob_batch(self, ix: Any, states: np.ndarray, tokens: np.ndarray) -> tuple:
         o = self.prob_outputs(len(states))
-        self.ok(self.lib.ig_state_prob_batch(ix, P(ptr(states)), I64(len(states)), P(ptr(tokens)),
-                                             *[P(ptr(a)) for a in o], ctypes.c_int(1), self.err,
+        self.ok(self.lib.ig_state_prob_batch(ix, P(ptr(states)), *self.length(states), I64(len(states)),
+                                             P(ptr(tokens)), *[P(ptr(a)) for a in o], ctypes.c_int(1), self.err,
                                              ctypes.c_size_t(1024)))
         return o
 
@@ -160,15 +169,16 @@ class Core:
         """A decoding loop: the sequence grows by 1-3 words a step, each step one ig_draft_step."""
         params = DraftParams(8, 1, 0.0, 2, 0.1, 0.0, 2, 8, DRAFT_LONGEST, -1, -1, -1)
         st = np.zeros(self.lib.ig_state_size(ix), np.int64)
-        self.ok(self.lib.ig_state_init(ix, None, I64(0), P(ptr(st)), self.err, ctypes.c_size_t(1024)))
+        self.ok(self.lib.ig_state_init(ix, None, I64(0), P(ptr(st)), *self.length(st), self.err,
+                                       ctypes.c_size_t(1024)))
         out, counts, totals = np.zeros(8, np.int64), np.zeros(8, np.uint64), np.zeros(8, np.uint64)
         n_out, match, source = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
         got, length, step = [], 0, 0
         while length < len(seq):
             add = min(1 + step % 3, len(seq) - length)
             length, step = length + add, step + 1
-            self.ok(self.lib.ig_draft_step(ix, ptr(st), ptr(seq), length, add, ctypes.byref(params), 8, ptr(out),
-                                           ptr(counts), ptr(totals), ctypes.addressof(n_out),
+            self.ok(self.lib.ig_draft_step(ix, ptr(st), *self.length(st), ptr(seq), length, add, ctypes.byref(params),
+                                           8, ptr(out), ptr(counts), ptr(totals), ctypes.addressof(n_out),
                                            ctypes.addressof(match), ctypes.addressof(source), self.err, 1024))
             got.append((st[0], n_out.value, match.value, source.value, *out[:n_out.value]))
         return np.array([sum(hash(g) for g in got)])
@@ -177,8 +187,8 @@ class Core:
         toks, counts = np.zeros((len(states), 8), np.uint32), np.zeros((len(states), 8), np.uint64)
         n_out = np.zeros(len(states), np.int64)
         for i in range(len(states)):
-            self.ok(self.lib.ig_draft_chain(ix, ptr(states[i]), 8, 1, 0.0, 0.0, -1, ptr(toks[i]), ptr(counts[i]),
-                                            None, ptr(n_out[i:]), self.err, 1024))
+            self.ok(self.lib.ig_draft_chain(ix, ptr(states[i]), *self.length(states[i]), 8, 1, 0.0, 0.0, -1,
+                                            ptr(toks[i]), ptr(counts[i]), None, ptr(n_out[i:]), self.err, 1024))
         return np.concatenate([n_out, toks.ravel(), counts.ravel()])
 
 

@@ -80,8 +80,11 @@ class Core:
         self.lib.ig_open.argtypes = [ctypes.POINTER(P), ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_char_p,
                                      ctypes.c_size_t]
         self.lib.ig_score.argtypes = [P, P, ctypes.c_int64, P, P, P, P, ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.ig_state_init.argtypes = [P, P, ctypes.c_int64, P, ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.ig_state_extend.argtypes = [P, P, P, ctypes.c_int64, P, ctypes.c_char_p, ctypes.c_size_t]
+        # API version 5 passes each state with its length (int64 values); older cores do not
+        self.sized = hasattr(self.lib, "ig_api_version") and self.lib.ig_api_version() >= 5
+        n = [ctypes.c_int64] if self.sized else []
+        self.lib.ig_state_init.argtypes = [P, P, ctypes.c_int64, P, *n, ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.ig_state_extend.argtypes = [P, P, *n, P, ctypes.c_int64, P, ctypes.c_char_p, ctypes.c_size_t]
         self.lib.ig_close.argtypes = [P]
 
     def open(self, shard_dirs: List[Path]) -> Any:
@@ -106,12 +109,13 @@ class Core:
         """The state after every prefix of q, one ig_state_extend call per token."""
         st, out = np.zeros(size, np.int64), np.zeros(size, np.int64)
         err = ctypes.create_string_buffer(1024)
-        self.lib.ig_state_init(ix, q.ctypes.data, 0, st.ctypes.data, err, 1024)
+        n = (size,) if self.sized else ()
+        self.lib.ig_state_init(ix, q.ctypes.data, 0, st.ctypes.data, *n, err, 1024)
         lens = np.zeros(len(q), np.int64)
         base = q.ctypes.data
         for i in range(len(q)):
             a = max(0, i - lookback)
-            if self.lib.ig_state_extend(ix, st.ctypes.data, base + 4 * a, i + 1 - a, out.ctypes.data, err, 1024):
+            if self.lib.ig_state_extend(ix, st.ctypes.data, *n, base + 4 * a, i + 1 - a, out.ctypes.data, err, 1024):
                 raise RuntimeError(err.value.decode())
             st, out = out, st
             lens[i] = st[0]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "tests" / "trace" / "fixtures" / "official_attribute.json"
 sys.path.insert(0, str(HERE))
-import official_engine  # noqa: E402
+from official_trace_recording import glued_texts, made_by, open_engine, record_cases, run_in_official_venv  # noqa: E402
 
 SEP = 0xFFFF
 EOS = 65000  # never in the corpus
@@ -63,23 +62,6 @@ def write_official(d: Path, shards: list) -> None:
         (d / f"table.{s}").write_bytes(b"".join(p.to_bytes(ratio, "little") for p in table))
 
 
-def texts(shards: list, seed: int = 1) -> list:
-    rng = random.Random(seed)
-    docs = [d for sh in shards for d in sh if d]
-    out = []
-    for _ in range(40):
-        x: list = []
-        for _ in range(rng.randint(1, 4)):
-            if rng.random() < 0.7:
-                d = rng.choice(docs)
-                a = rng.randint(0, len(d) - 1)
-                x += d[a:rng.randint(a + 1, len(d))]
-            else:
-                x += [rng.choice([0, 1, 2, 3, 5, 7, 500, 256]) for _ in range(rng.randint(1, 4))]
-        out.append(x)
-    return out
-
-
 PARAMS = [dict(delim_ids=[], min_len=1, max_cnt=1000000, enforce_bow=False),
           dict(delim_ids=[3], min_len=1, max_cnt=1000000, enforce_bow=False),
           dict(delim_ids=[], min_len=3, max_cnt=4, enforce_bow=False),
@@ -89,38 +71,16 @@ BOW = [0, 1, 4, 255, 300, 64999]
 
 
 def main() -> None:
-    try:
-        import infini_gram.engine  # noqa: F401
-    except ImportError:  # run again in the official venv
-        py = official_engine.official_python()
-        if os.environ.get("_IG_FIXTURES_REEXEC") or not Path(py).exists():
-            sys.exit(f"infini_gram is not importable (tried {py}); see eval/official_engine.py setup")
-        os.environ["_IG_FIXTURES_REEXEC"] = "1"
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
-    from infini_gram.engine import InfiniGramEngine
-
+    run_in_official_venv(__file__)
     shards = corpus()
     with tempfile.TemporaryDirectory(prefix="ig-off-") as tmp:
         d = Path(tmp) / "idx"
         d.mkdir()
         write_official(d, shards)
-        bow = Path(tmp) / "bow.txt"
-        bow.write_text("\n".join(map(str, BOW)) + "\n")
-        eng = InfiniGramEngine(index_dir=str(d), eos_token_id=EOS, vocab_size=VOCAB, version=4, token_dtype="u16",
-                               ds_prefetch_depth=0, sa_prefetch_depth=0, od_prefetch_depth=0,
-                               bow_ids_path=str(bow), precompute_unigram_logprobs=True)
-        cases = []
-        for x in texts(shards):
-            case = {"input_ids": x, "creativity": list(eng.creativity(input_ids=x)["rs"]), "attribute": []}
-            for p in PARAMS:
-                spans = eng.attribute(input_ids=x, **p)["spans"]
-                case["attribute"].append({"params": p, "spans": [
-                    {"l": s["l"], "r": s["r"], "count": s["count"], "unigram_logprob_sum": s["unigram_logprob_sum"],
-                     "docs": [[dd["s"], dd["ptr"]] for dd in s["docs"]]} for s in spans]})
-            cases.append(case)
-    import infini_gram
-    out = {"made_by": f"eval/official_attribution_fixtures.py with infini-gram {getattr(infini_gram, '__version__', '2.6.0')}",
-           "eos_token_id": EOS, "vocab_size": VOCAB, "bow_ids": BOW, "shards": shards, "cases": cases}
+        eng = open_engine(d, Path(tmp), eos=EOS, vocab=VOCAB, token_dtype="u16", bow=BOW)
+        texts = glued_texts(shards, 40, [0, 1, 2, 3, 5, 7, 500, 256], 4, seed=1)
+        cases = record_cases(eng, texts, PARAMS)
+    out = {"made_by": made_by(__file__), "eos_token_id": EOS, "vocab_size": VOCAB, "bow_ids": BOW, "shards": shards, "cases": cases}
     OUT.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size:,} bytes, {len(cases)} texts x {len(PARAMS)} parameter sets)")
 

@@ -11,8 +11,6 @@ Run (re-executes itself in the official venv, see eval/official_engine.py):
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 import sys
 import tempfile
@@ -22,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "official" / "data"
 OUT = HERE.parent / "tests" / "trace" / "fixtures" / "official_format_trace.json"
 sys.path.insert(0, str(HERE))
-import official_engine  # noqa: E402
+from official_trace_recording import glued_texts, made_by, open_engine, record_cases, run_in_official_venv  # noqa: E402
 
 # name: (token_dtype, bytes per token, vocab_size, eos_token_id, word-start ids, delimiters)
 FIXTURES = {
@@ -51,24 +49,6 @@ def parse(d: Path, width: int) -> list:
     return shards
 
 
-def texts(shards: list, extra: list, seed: int) -> list:
-    """Pieces of documents glued together with a few other ids (spans across pieces, misses)."""
-    rng = random.Random(seed)
-    docs = [d for sh in shards for d in sh if d]
-    out = []
-    for _ in range(30):
-        x: list = []
-        for _ in range(rng.randint(1, 4)):
-            if rng.random() < 0.7:
-                d = rng.choice(docs)
-                a = rng.randint(0, len(d) - 1)
-                x += d[a:rng.randint(a + 1, len(d))]
-            else:
-                x += [rng.choice(extra) for _ in range(rng.randint(1, 3))]
-        out.append(x)
-    return out
-
-
 def params(delims: list) -> list:
     return [dict(delim_ids=[], min_len=1, max_cnt=1000000, enforce_bow=False),
             dict(delim_ids=delims, min_len=1, max_cnt=1000000, enforce_bow=False),
@@ -78,40 +58,17 @@ def params(delims: list) -> list:
 
 
 def main() -> None:
-    try:
-        import infini_gram.engine  # noqa: F401
-    except ImportError:  # run again in the official venv
-        py = official_engine.official_python()
-        if os.environ.get("_IG_FIXTURES_REEXEC") or not Path(py).exists():
-            sys.exit(f"infini_gram is not importable (tried {py}); see eval/official_engine.py setup")
-        os.environ["_IG_FIXTURES_REEXEC"] = "1"
-        os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
-    import infini_gram
-    from infini_gram.engine import InfiniGramEngine
-
-    out: dict = {"made_by": f"eval/official_format_trace_fixtures.py with infini-gram "
-                            f"{getattr(infini_gram, '__version__', '2.6.0')}", "indexes": {}}
+    run_in_official_venv(__file__)
+    out: dict = {"made_by": made_by(__file__), "indexes": {}}
     for k, (name, (dtype, width, vocab, eos, bow, delims)) in enumerate(FIXTURES.items()):
         shards = parse(DATA / name, width)
         with tempfile.TemporaryDirectory(prefix="ig-") as tmp:
             d = Path(tmp) / "idx"  # (the engine classifies files by words of the whole path)
             shutil.copytree(DATA / name, d)
-            bow_file = Path(tmp) / "bow.txt"
-            bow_file.write_text("\n".join(map(str, bow)) + "\n")
-            eng = InfiniGramEngine(index_dir=str(d), eos_token_id=eos, vocab_size=vocab, version=4, token_dtype=dtype,
-                                   ds_prefetch_depth=0, sa_prefetch_depth=0, od_prefetch_depth=0,
-                                   bow_ids_path=str(bow_file), precompute_unigram_logprobs=True)
+            eng = open_engine(d, Path(tmp), eos=eos, vocab=vocab, token_dtype=dtype, bow=bow)
+            # pieces of documents glued together with a few other ids (spans across pieces, misses)
             extra = sorted({t for sh in shards for d_ in sh for t in d_})[:6] + [vocab - 2]
-            cases = []
-            for x in texts(shards, extra, seed=k):
-                case = {"input_ids": x, "creativity": list(eng.creativity(input_ids=x)["rs"]), "attribute": []}
-                for p in params(delims):
-                    res = eng.attribute(input_ids=x, **p)
-                    assert "error" not in res, res
-                    case["attribute"].append({"params": p, "spans": [
-                        {"l": s["l"], "r": s["r"], "count": s["count"], "unigram_logprob_sum": s["unigram_logprob_sum"],
-                         "docs": [[dd["s"], dd["ptr"]] for dd in s["docs"]]} for s in res["spans"]]})
-                cases.append(case)
+            cases = record_cases(eng, glued_texts(shards, 30, extra, 3, seed=k), params(delims))
         out["indexes"][name] = {"token_width": width, "vocab_size": vocab, "eos_token_id": eos, "bow_ids": bow,
                                 "cases": cases}
     OUT.write_text(json.dumps(out, separators=(",", ":")) + "\n")

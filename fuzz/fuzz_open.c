@@ -51,10 +51,10 @@ static void query_all(ig_index *ix, const uint8_t *data, size_t size) {
         uint8_t sp[4];
         ig_score(ix, qs[k], 4, num, den, slen, sp, err, sizeof err);
         int64_t st[6], st2[6];
-        if (ig_state_init(ix, qs[k], 3, st, err, sizeof err) == IG_OK) {
-            ig_state_extend(ix, st, qs[k], 4, st2, err, sizeof err);
+        if (ig_state_init(ix, qs[k], 3, st, ig_state_size(ix), err, sizeof err) == IG_OK) {
+            ig_state_extend(ix, st, ig_state_size(ix), qs[k], 4, st2, err, sizeof err);
             ig_prob p;
-            ig_state_prob(ix, st2, qs[k][1], &p, err, sizeof err);
+            ig_state_prob(ix, st2, ig_state_size(ix), qs[k][1], &p, err, sizeof err);
         }
     }
     /* batches: every query at once, several threads */

@@ -353,7 +353,7 @@ static void read_state(fz_in *in, const fixture *f, int64_t *st) {
     int64_t size = ig_state_size(f->ix);
     uint32_t q[MAXQ];
     int64_t len, n = read_query(in, f, q, &len);
-    if (ig_state_init(f->ix, q, n, st, err, sizeof err) != IG_OK) memset(st, 0, (size_t)size * sizeof *st);
+    if (ig_state_init(f->ix, q, n, st, size, err, sizeof err) != IG_OK) memset(st, 0, (size_t)size * sizeof *st);
     uint8_t k = fz_u8(in);
     if (k > 200) st[fz_u8(in) % size] = fz_len(in, 100); /* forge a field */
     if (k > 250)
@@ -377,21 +377,22 @@ static void op_state(const fixture *f, fz_in *in) {
     read_state(in, f, st);
     uint32_t ctx[MAXQ + 1];
     int64_t len, n = read_query(in, f, ctx, &len);
-    int rc = ig_state_extend(f->ix, st, ctx, len, out, err, sizeof err);
+    int rc = ig_state_extend(f->ix, st, ig_state_size(f->ix), ctx, len, out, err, sizeof err);
     if (rc == IG_OK) FZ_CHECK(state_ok(f, out), "extend produced a bad state");
     uint32_t token = fz_tok(in, f->c.vocab);
     ig_prob p;
-    rc = ig_state_prob(f->ix, st, token, &p, err, sizeof err);
+    rc = ig_state_prob(f->ix, st, ig_state_size(f->ix), token, &p, err, sizeof err);
     if (state_ok(f, st) && token < f->c.vocab) FZ_CHECK(rc == IG_OK, "state_prob rc %d", rc);
     /* a real context: state + extension == state of the longer context, and prob == infgram_prob */
     if (len >= 1 && ref_valid_ids(&f->c, ctx, n)) {
-        ig_state_init(f->ix, ctx, n - 1, st, err, sizeof err);
-        FZ_CHECK(ig_state_extend(f->ix, st, ctx, n, out, err, sizeof err) == IG_OK, "extend: %s", err);
-        ig_state_init(f->ix, ctx, n, out2, err, sizeof err);
+        ig_state_init(f->ix, ctx, n - 1, st, ig_state_size(f->ix), err, sizeof err);
+        FZ_CHECK(ig_state_extend(f->ix, st, ig_state_size(f->ix), ctx, n, out, err, sizeof err) == IG_OK, "extend: %s",
+                 err);
+        ig_state_init(f->ix, ctx, n, out2, ig_state_size(f->ix), err, sizeof err);
         FZ_CHECK(!memcmp(out, out2, (size_t)ig_state_size(f->ix) * sizeof *out), "extend != init");
         if (token < f->c.vocab) {
             ig_prob a, b;
-            ig_state_prob(f->ix, out, token, &a, err, sizeof err);
+            ig_state_prob(f->ix, out, ig_state_size(f->ix), token, &a, err, sizeof err);
             ig_infgram_prob(f->ix, ctx, n, token, &b, err, sizeof err);
             FZ_CHECK(a.count == b.count && a.prompt_count == b.prompt_count && a.suffix_len == b.suffix_len &&
                      a.sparse == b.sparse, "state_prob != infgram_prob");
@@ -411,15 +412,17 @@ static void op_state(const fixture *f, fz_in *in) {
         b.offsets[i + 1] = b.n_values;
     }
     int threads = fz_u8(in) % 4;
-    rc = ig_state_extend_batch(f->ix, states, b.values, b.n_values, b.offsets, ns, outs, threads, err, sizeof err);
+    rc = ig_state_extend_batch(f->ix, states, ns * size, b.values, b.n_values, b.offsets, ns, outs, threads, err,
+                               sizeof err);
     for (int64_t i = 0; rc == IG_OK && i < ns; i++) FZ_CHECK(state_ok(f, outs + i * size), "extend_batch state");
     uint32_t tokens[5];
     uint64_t cnt[5], pc[5];
     int64_t sl[5];
     for (int64_t i = 0; i < ns; i++) tokens[i] = fz_tok(in, f->c.vocab);
-    ig_state_prob_batch(f->ix, states, ns, tokens, cnt, pc, sl, NULL, threads, err, sizeof err);
+    ig_state_prob_batch(f->ix, states, ns * size, ns, tokens, cnt, pc, sl, NULL, threads, err, sizeof err);
     ig_ntd_batch *nb = NULL;
-    rc = ig_ntd_batch_states(f->ix, states, ns, fz_u8(in) > 200 ? fz_len(in, 8) : 0, 0, threads, &nb, err, sizeof err);
+    rc = ig_ntd_batch_states(f->ix, states, ns * size, ns, fz_u8(in) > 200 ? fz_len(in, 8) : 0, 0, threads, &nb, err,
+                             sizeof err);
     if (rc == IG_OK) {
         int64_t e = ig_ntd_batch_entries(nb);
         int64_t *ro = malloc((size_t)(ns + 1) * sizeof *ro);
@@ -436,12 +439,13 @@ static void op_state(const fixture *f, fz_in *in) {
         uint64_t dc[16], dtot[16], total;
         int64_t nd = 0, k = fz_len(in, 6), child[6 * 8];
         if (k > 6) k = 6;
-        ig_draft_chain(f->ix, st, fz_u8(in) % 17, fz_u8(in) % 4, fz_double(in), fz_double(in),
+        ig_draft_chain(f->ix, st, ig_state_size(f->ix), fz_u8(in) % 17, fz_u8(in) % 4, fz_double(in), fz_double(in),
                        (int64_t)(int8_t)fz_u8(in), dt, dc, dtot, &nd, err, sizeof err);
         FZ_CHECK(nd >= 0 && nd <= 16, "draft_chain n_out");
-        ig_draft_children(f->ix, st, k, dt, dc, fz_u8(in) & 1 ? child : NULL, &total, &nd, err, sizeof err);
+        ig_draft_children(f->ix, st, ig_state_size(f->ix), k, dt, dc, fz_u8(in) & 1 ? child : NULL, &total, &nd, err,
+                          sizeof err);
         int64_t n_new = fz_len(in, 4);
-        ig_draft_advance(f->ix, st, ctx, n, n_new, out, err, sizeof err);
+        ig_draft_advance(f->ix, st, ig_state_size(f->ix), ctx, n, n_new, out, err, sizeof err);
         int64_t seq[MAXQ], dout[16], dn, dpos;
         for (int64_t i = 0; i < n; i++) seq[i] = ctx[i] % 4;
         ig_draft_lookup(seq, n, fz_len(in, 4), fz_len(in, 8), fz_u8(in) % 17, dout, &dn, &dpos);
@@ -652,26 +656,28 @@ static void op_diff(const fixture *f, fz_in *in) {
         free(child);
         return;
     }
-    rc = ig_diff_state_init(P, M, q, len, st, err, sizeof err);
+    rc = ig_diff_state_init(P, M, q, len, st, ig_diff_state_size(P, M), err, sizeof err);
     if (!rev && valid) FZ_CHECK(rc == IG_OK, "diff_state_init: %s", err);
     if (fz_u8(in) > 220) st[fz_u8(in) % size] += (int64_t)(int8_t)fz_u8(in);
     uint32_t dt[16];
     uint64_t dc[16], dtot[16];
     int64_t nd = 0, k = fz_u8(in) % 7;
-    ig_diff_draft_chain(P, M, st, fz_u8(in) % 17, fz_u8(in) % 4, fz_double(in), fz_double(in),
+    ig_diff_draft_chain(P, M, st, ig_diff_state_size(P, M), fz_u8(in) % 17, fz_u8(in) % 4, fz_double(in), fz_double(in),
                         (int64_t)(int8_t)fz_u8(in), dt, dc, dtot, &nd, err, sizeof err);
     FZ_CHECK(nd >= 0 && nd <= 16, "diff_draft_chain n_out");
-    ig_diff_draft_children(P, M, st, k, dt, dc, fz_u8(in) & 1 ? child : NULL, &total, &nd, err, sizeof err);
+    ig_diff_draft_children(P, M, st, ig_diff_state_size(P, M), k, dt, dc, fz_u8(in) & 1 ? child : NULL, &total, &nd,
+                           err, sizeof err);
     int64_t tt[8], tp[8];
     double pr[8];
-    ig_diff_draft_tree(P, M, st, fz_u8(in) % 9, fz_u8(in) % 5, fz_u8(in) % 4, fz_double(in), (int64_t)(int8_t)fz_u8(in),
-                       tt, tp, pr, &nd, err, sizeof err);
+    ig_diff_draft_tree(P, M, st, ig_diff_state_size(P, M), fz_u8(in) % 9, fz_u8(in) % 5, fz_u8(in) % 4, fz_double(in),
+                       (int64_t)(int8_t)fz_u8(in), tt, tp, pr, &nd, err, sizeof err);
     int64_t seq[MAXQ], dout[16], match, n_new = fz_len(in, 4);
     int src;
     for (int64_t i = 0; i < n; i++) seq[i] = fz_u8(in) > 240 ? (int64_t)fz_u32(in) : (int64_t)q[i];
     ig_draft_params prm = {fz_u8(in) % 17, fz_u8(in) % 4, fz_u8(in) / 32.0, fz_u8(in) % 3, fz_double(in), fz_double(in),
                            fz_u8(in) % 4, fz_u8(in) % 9, fz_u8(in) % 6, (int64_t)(int8_t)fz_u8(in), -1, -1};
-    ig_diff_draft_step(P, M, st, seq, n, n_new, &prm, fz_u8(in) % 17, dout, dc, dtot, &nd, &match, &src, err, sizeof err);
+    ig_diff_draft_step(P, M, st, ig_diff_state_size(P, M), seq, n, n_new, &prm, fz_u8(in) % 17, dout, dc, dtot, &nd,
+                       &match, &src, err, sizeof err);
     FZ_CHECK(nd >= 0 && nd <= 16, "diff_draft_step n_out");
     free(st);
     free(child);

@@ -65,6 +65,25 @@ def tiny_model(tiny_tok):
     return make_model(len(tiny_tok) + MODEL_EXTRA_ROWS)
 
 
+@pytest.fixture(scope="module")
+def model(tiny_tok):
+    """The tiny GPT-2 of the decoding tests (seed 3) in float64: identity with greedy decoding
+    must hold whatever the weights, and float64 keeps near-ties from flipping between a
+    one-token step and a verification pass. Import it into a test module to use it."""
+    return make_model(len(tiny_tok) + MODEL_EXTRA_ROWS, seed=3).double()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Torch on one thread for a test module that imports this (it is autouse there): tiny models
+    gain nothing from threads, and on a shared CPU every multi-threaded op waits for a
+    descheduled thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_index(tiny_tok, tmp_path_factory):
     """The TEXTS indexed with tiny_tok (one document per file)."""

@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - only when the package was not b
 ffi, lib = _lib.ffi, _lib.lib
 
 # The C API this Python code calls: IG_API_VERSION of native/include/infinigram.h.
-C_API_VERSION = 4
+C_API_VERSION = 5
 
 
 def check_api_version(core_lib, expected: int = C_API_VERSION) -> None:
@@ -58,6 +58,13 @@ def check(rc: int, err) -> None:
     if rc == lib.IG_ERR_NOMEM:
         raise MemoryError(msg)
     raise InfiniGramError(msg)
+
+
+def int64_len(array: np.ndarray) -> int:
+    """The int64 values a buffer holds (its bytes / 8): the length passed with a decoding state's
+    pointer, which the C calls check against the index's state size (a shorter or narrower array
+    is refused, never read past its end)."""
+    return array.nbytes // 8
 
 
 def ptr(array: np.ndarray, ctype: str) -> Any:

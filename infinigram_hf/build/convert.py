@@ -27,6 +27,7 @@ import numpy as np
 from .._core import format as fmt
 from .._core import official
 from .._core.index_files import IndexDir
+from .._core.official_shards import TOKEN_DTYPES, write_shards_from_official
 from .._core.progress import progress_bar
 from .pipeline import index_meta
 from .official_writer import SEPARATORS, write_official_shard
@@ -34,12 +35,11 @@ from .publish import check_out_dir, make_build_dir, publish, resolve_out_dir
 from .shard_writer import ShardWriter
 
 RECORD_KEY = "official_record"
-_DTYPES = {1: "<u1", 2: "<u2", 4: "<u4"}
 
 
 def _shard_docs(path: Path, suffix: str, width: int) -> Iterator[np.ndarray]:
     """The documents of one official shard, as views of the mapped token file."""
-    stream = np.memmap(path / f"tokenized{suffix}", dtype=_DTYPES[width], mode="r")
+    stream = np.memmap(path / f"tokenized{suffix}", dtype=TOKEN_DTYPES[width], mode="r")
     offs = np.fromfile(path / f"offset{suffix}", dtype="<u8").astype(np.int64) // width
     ends = np.append(offs[1:], len(stream))
     for a, b in zip(offs.tolist(), ends.tolist()):
@@ -72,39 +72,32 @@ def official_to_ours(src: Union[str, os.PathLike], out_dir: Union[str, os.PathLi
     check_out_dir(out, overwrite=overwrite, sources=[src])
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = make_build_dir(out)
-    total = sum(s // width for s in layout.tokenized_sizes)
-    bar = progress_bar(total=total, unit="tok", unit_scale=True, disable=not progress, desc="official -> ours",
-               dynamic_ncols=True)
-    try:
-        shards = []
-        for i, suffix in enumerate(layout.suffixes):
-            d = tmp / fmt.shard_dir_name(i)
-            writer = ShardWriter(d, our_width, vocab, ntd_cache_min_cost=ntd_cache_min_cost)
-            metawriter = fmt.DocMetaWriter(d) if layout.has_metadata else None
-            docs = list(_shard_docs(src, suffix, width))
-            for doc, rec in zip(docs, _records(src, suffix, len(docs))):
-                ids = np.asarray(doc)
-                if ids.size and int(ids.max()) >= vocab:
-                    raise ValueError(f"{src / ('tokenized' + suffix)}: token id {int(ids.max())} is not below "
-                                     f"vocab_size={vocab}")
-                writer.add(ids, np.array([0, ids.size], dtype=np.int64))
-                if metawriter is not None:
-                    metawriter.add({RECORD_KEY: rec.decode("utf-8", errors="surrogateescape")} if rec is not None else None)
-                bar.update(ids.size + 1)
-            shards.append(writer.finish())
+
+    def fill(writer: ShardWriter, shard_dir: Path, suffix: str, bar: Any) -> None:
+        metawriter = fmt.DocMetaWriter(shard_dir) if layout.has_metadata else None
+        docs = list(_shard_docs(src, suffix, width))
+        for doc, rec in zip(docs, _records(src, suffix, len(docs))):
+            ids = np.asarray(doc)
+            if ids.size and int(ids.max()) >= vocab:
+                raise ValueError(f"{src / ('tokenized' + suffix)}: token id {int(ids.max())} is not below "
+                                 f"vocab_size={vocab}")
+            writer.add(ids, np.array([0, ids.size], dtype=np.int64))
             if metawriter is not None:
-                metawriter.close()
-        meta = index_meta(tokenizer, vocab, our_width, shards, {
+                metawriter.add({RECORD_KEY: rec.decode("utf-8", errors="surrogateescape")} if rec is not None else None)
+            bar.update(ids.size + 1)
+        if metawriter is not None:
+            metawriter.close()
+
+    def then(shards: list) -> None:
+        meta = index_meta(tokenizer, vocab, our_width, [entry for _, entry in shards], {
             "converted_from": {"format": "infini-gram", "path": str(src), "token_width": width,
                                "suffixes": layout.suffixes, "metadata": layout.has_metadata}})
         meta["eos_token_id"] = eos  # given, the tokenizer's, or none (the official files hold no vocabulary)
         fmt.write_meta(tmp, meta)
         publish(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        bar.close()
+
+    write_shards_from_official(layout, width, tmp, fill, then, token_width=our_width, vocab_size=vocab,
+                               ntd_cache_min_cost=ntd_cache_min_cost, progress=progress, desc="official -> ours")
     return out
 
 

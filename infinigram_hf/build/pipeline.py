@@ -83,6 +83,19 @@ def max_shard_len(memory_budget: int, token_width: int) -> int:
 _WORKER_TOKENIZER: Any = None
 
 
+def build_tokenizer(tokenizer: Any, vocab_size: Optional[int]) -> tuple[Any, int]:
+    """The tokenizer a build encodes with (None: the sources are token ids, vocab_size given)
+    and the vocabulary size: vocab_size, else the tokenizer's (a vocab_size too small for the
+    tokenizer's ids is refused). The one rule of the local and the Ray build."""
+    tok = None if tokenizer is None and vocab_size is not None else tk.resolve_tokenizer(tokenizer)
+    if tok is not None:
+        tok_vocab = tk.tokenizer_vocab_size(tok)
+        if vocab_size is not None and vocab_size < tok_vocab:
+            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {tok_vocab} ids")
+        vocab_size = vocab_size or tok_vocab
+    return tok, int(vocab_size)
+
+
 def _worker_init(tok: Any) -> None:
     global _WORKER_TOKENIZER
     # one process per CPU already; and a forked `tokenizers` would warn about its thread pool
@@ -291,13 +304,7 @@ def build_index(
     check_out_dir(out, overwrite=overwrite)
 
     vocab_size_given = vocab_size
-    pretokenized_only = tokenizer is None and vocab_size is not None
-    tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
-    if tok is not None:
-        tok_vocab = tk.tokenizer_vocab_size(tok)
-        if vocab_size is not None and vocab_size < tok_vocab:
-            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {tok_vocab} ids")
-        vocab_size = vocab_size or tok_vocab
+    tok, vocab_size = build_tokenizer(tokenizer, vocab_size)
     width = fmt.token_width_for(int(vocab_size))
     shard_cap = max_shard_len(budget, width)
     if max_shard_tokens is not None:

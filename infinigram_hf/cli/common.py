@@ -2,6 +2,7 @@
 index and its tokenizer, reading documents from files."""
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -86,12 +87,24 @@ def open_index(paths: Sequence[str], *, vocab_size: Optional[int] = None, token_
                                 token_width=token_width, tokenizer=tokenizer)
 
 
-def add_official_arguments(p: Any) -> None:
-    """--vocab-size / --token-width: what an official-layout index does not store."""
+def add_official_arguments(p: Any, *, subject: str = "an official infini-gram index", tokenizer: bool = False) -> None:
+    """--vocab-size / --token-width (and with `tokenizer`, --tokenizer): what an official-layout
+    index does not store. `subject` names the index they describe in the help."""
     p.add_argument("--vocab-size", type=int, default=None,
-                   help="an official infini-gram index: its vocabulary size (default: the --tokenizer's length)")
+                   help=f"{subject}: its vocabulary size (default: the --tokenizer's length)")
+    if tokenizer:
+        p.add_argument("--tokenizer", default=None, help=f"{subject}: the tokenizer (its length gives the vocabulary)")
     p.add_argument("--token-width", type=int, choices=(1, 2, 4), default=None,
-                   help="an official index: bytes per token (its token_dtype u8/u16/u32; default: from the files)")
+                   help=f"{subject}: bytes per token (its token_dtype u8/u16/u32; default: from the files)")
+
+
+def official_tokenizer(args: argparse.Namespace) -> Any:
+    """The --tokenizer of add_official_arguments(tokenizer=True), loaded (None when not given)."""
+    if not args.tokenizer:
+        return None
+    from .._core.tokenization import resolve_tokenizer
+
+    return resolve_tokenizer(args.tokenizer)
 
 
 def cli_tokenizer(name: Optional[str]) -> Any:

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .common import CLIError
+from .common import CLIError, add_official_arguments, official_tokenizer
 
 
 def add_convert(sub: Any) -> None:
@@ -23,11 +23,8 @@ def add_convert(sub: Any) -> None:
                                    "official gives the original files byte for byte.")
     p.add_argument("src", help="index directory to convert")
     p.add_argument("out", help="new index directory")
-    p.add_argument("--vocab-size", type=int, default=None, help="official SRC: its vocabulary size (or --tokenizer)")
-    p.add_argument("--tokenizer", default=None, help="official SRC: the tokenizer (its length gives the vocabulary)")
+    add_official_arguments(p, subject="the official side", tokenizer=True)
     p.add_argument("--eos-token-id", type=int, default=None)
-    p.add_argument("--token-width", type=int, choices=[1, 2, 4], default=None,
-                   help="bytes per token of the official side (official token_dtype u8/u16/u32)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index at OUT (to ours only)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_convert)
@@ -41,14 +38,9 @@ def run_convert(args: argparse.Namespace) -> int:
     if not src.is_dir():
         raise CLIError(f"{src}: not a directory")
     if looks_official(src):
-        tok = None
-        if args.tokenizer:
-            from .._core.tokenization import resolve_tokenizer
-
-            tok = resolve_tokenizer(args.tokenizer)
         out = official_to_ours(src, args.out, vocab_size=args.vocab_size, token_width=args.token_width,
-                               eos_token_id=args.eos_token_id, tokenizer=tok, overwrite=args.overwrite,
-                               progress=not args.no_progress)
+                               eos_token_id=args.eos_token_id, tokenizer=official_tokenizer(args),
+                               overwrite=args.overwrite, progress=not args.no_progress)
     else:
         out = ours_to_official(src, args.out, token_width=args.token_width, progress=not args.no_progress)
     print(out)
@@ -64,10 +56,7 @@ def add_prepare(sub: Any) -> None:
                                    "files is kept; a stale one is refused unless --overwrite.")
     p.add_argument("official_dir", help="the official index directory (tokenized.0, table.0, offset.0, ...)")
     p.add_argument("--out", required=True, help="the sidecar directory (new, or a sidecar to check or replace)")
-    p.add_argument("--vocab-size", type=int, default=None, help="its vocabulary size (or --tokenizer)")
-    p.add_argument("--tokenizer", default=None, help="the tokenizer (its length gives the vocabulary)")
-    p.add_argument("--token-width", type=int, choices=[1, 2, 4], default=None,
-                   help="bytes per token (official token_dtype u8/u16/u32); inferred when unambiguous")
+    add_official_arguments(p, subject="the official index", tokenizer=True)
     p.add_argument("--overwrite", action="store_true", help="rebuild the sidecar at OUT")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_prepare)
@@ -78,12 +67,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
     if not Path(args.official_dir).is_dir():
         raise CLIError(f"{args.official_dir}: not a directory")
-    tok = None
-    if args.tokenizer:
-        from .._core.tokenization import resolve_tokenizer
-
-        tok = resolve_tokenizer(args.tokenizer)
-    print(prepare_sidecar(args.official_dir, args.out, vocab_size=args.vocab_size, tokenizer=tok,
+    print(prepare_sidecar(args.official_dir, args.out, vocab_size=args.vocab_size, tokenizer=official_tokenizer(args),
                           token_width=args.token_width, overwrite=args.overwrite, progress=not args.no_progress))
     return 0
 

@@ -26,8 +26,7 @@ from typing import Any, List, Optional, Sequence, Union
 import numpy as np
 
 from .._core import format as fmt
-from .._core import tokenization as tk
-from ..build.pipeline import _check_count, index_meta, max_shard_len, parse_size
+from ..build.pipeline import _check_count, build_tokenizer, index_meta, max_shard_len, parse_size
 from ..build.sources import source_paths
 from ..build.publish import check_out_dir, clean_stale_builds, make_build_dir, publish, resolve_out_dir
 from .._core.progress import progress_bar
@@ -94,13 +93,7 @@ def build_index(
     clean_stale_builds(out)
     check_out_dir(out, overwrite=overwrite)
 
-    pretokenized_only = tokenizer is None and vocab_size is not None
-    tok = None if pretokenized_only else tk.resolve_tokenizer(tokenizer)
-    if tok is not None:
-        tok_vocab = tk.tokenizer_vocab_size(tok)
-        if vocab_size is not None and vocab_size < tok_vocab:
-            raise ValueError(f"vocab_size={vocab_size} is smaller than the tokenizer's {tok_vocab} ids")
-        vocab_size = vocab_size or tok_vocab
+    tok, vocab_size = build_tokenizer(tokenizer, vocab_size)
     width = fmt.token_width_for(int(vocab_size))
     shard_cap = min(shard_tokens, max_shard_len(budget, width))
 

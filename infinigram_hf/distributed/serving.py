@@ -24,7 +24,7 @@ import numpy as np
 
 from .._core import format as fmt
 from .._core.ids import as_ids
-from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, int64_len, lib, ptr
 from ..index import InfiniGramIndex
 from ..index.batch import as_batch
 from ..index.facts import IndexFacts
@@ -176,9 +176,9 @@ class ShardGroup:
         n_out, match, src = ffi.new("int64_t *"), ffi.new("int64_t *"), ffi.new("int *")
         err = err_buffer()
         with self.index.native_handle() as ix:
-            rc = lib.ig_draft_step(ix, ptr(st, "int64_t"), ptr(seq, "int64_t"), len(seq), int(n_new), params, 0,
-                                   ptr(out, "int64_t"), ptr(cnt, "uint64_t"), ptr(tot, "uint64_t"), n_out, match, src,
-                                   err, len(err))
+            rc = lib.ig_draft_step(ix, ptr(st, "int64_t"), int64_len(st), ptr(seq, "int64_t"), len(seq), int(n_new),
+                                   params, 0, ptr(out, "int64_t"), ptr(cnt, "uint64_t"), ptr(tot, "uint64_t"), n_out,
+                                   match, src, err, len(err))
         check(rc, err)
         return st
 
@@ -497,8 +497,10 @@ class ShardRouter(IndexFacts):
         q = as_ids(ids)
         return self.score_batch(q, offsets=np.array([0, len(q)], dtype=np.int64))[0]
 
-    def get_doc(self, doc_id: int, *, decode: bool = False) -> Document:
-        """A document by its global id (asked of the group holding its shard)."""
+    def get_doc(self, doc_id: int, *, decode: bool = True) -> Document:
+        """A document by its global id (asked of the group holding its shard), with its text
+        decoded here as `InfiniGramIndex.get_doc` decodes it: the saved tokenizer (read without
+        transformers), raw bytes for a byte-level index; None without one or with decode=False."""
         if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
             raise ValueError(f"doc_id must be an int, got {doc_id!r}")
         if not 0 <= doc_id < self.num_docs:
@@ -507,7 +509,16 @@ class ShardRouter(IndexFacts):
         group, first = self._where[shard]
         local = first + int(doc_id - self._shard_first_doc[shard])
         doc = self._fanout_each("get_doc", {group: (local,)})[group]
-        return Document(doc_id=int(doc_id), token_ids=doc.token_ids, metadata=doc.metadata, shard=shard)
+        text = None
+        if decode:
+            from .._core import tokenization as tk
+
+            try:
+                tok = tk.index_tokenizer(self, light=True)
+            except ImportError:  # a saved tokenizer.json, but `tokenizers` is not installed
+                tok = None
+            text = tok.decode(doc.token_ids.tolist()) if tok is not None else None
+        return Document(doc_id=int(doc_id), token_ids=doc.token_ids, metadata=doc.metadata, shard=shard, text=text)
 
     def _to_global(self, group: int, local: np.ndarray) -> np.ndarray:
         """A group's local document ids -> global ids."""

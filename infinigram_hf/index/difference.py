@@ -31,7 +31,7 @@ import numpy as np
 from .._core.errors import TokenizerMismatchError
 from .._core.ids import EMPTY_IDS, as_ids, as_token
 from .._core.interrupt import call_interruptibly
-from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, int64_len, lib, ptr
 from .batch import as_batch
 from .states import DecodingState
 from .results import (BatchNextTokenDistributions, BatchProbResult, BatchScoreResult, NextTokenDistribution,
@@ -178,7 +178,7 @@ class DifferenceIndex:
         the drafter starts from)."""
         q = as_ids(context, "context")
         out = np.zeros(self.state_size, dtype=np.int64)
-        self._call(lib.ig_diff_state_init, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"))
+        self._call(lib.ig_diff_state_init, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), int64_len(out))
         return DecodingState(out)
 
     def count(self, ids: Any) -> int:

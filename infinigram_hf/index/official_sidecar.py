@@ -35,14 +35,13 @@ from .._core import official
 from .._core.errors import IndexFormatError
 from .._core.index_files import IndexDir
 from .._core.native import check, err_buffer, ffi, lib
-from .._core.progress import progress_bar
+from .._core.official_shards import TOKEN_DTYPES, write_shards_from_official
 from .._core.shard_writer import ShardWriter
 from .._version import __version__
 
 SIDECAR_FILE = "sidecar.json"
 SIDECAR_FORMAT = "infinigram-hf-official-sidecar"
 SIDECAR_VERSION = 1
-_DTYPES = {1: "<u1", 2: "<u2", 4: "<u4"}
 _PROBE = 1 << 16  # bytes hashed at each end of each official file
 _CHUNK = 1 << 22  # tokens handed to the writer per call
 
@@ -127,7 +126,7 @@ def _difference(have: Any, want: dict[str, Any]) -> str:
 def _add_shard(writer: ShardWriter, path: Path, suffix: str, width: int, bar: Any) -> None:
     """Hand the documents of one official shard to the writer, a few million tokens at a time
     (the separator before each document dropped: the writer puts one after each)."""
-    stream = np.memmap(path / f"tokenized{suffix}", dtype=_DTYPES[width], mode="r")
+    stream = np.memmap(path / f"tokenized{suffix}", dtype=TOKEN_DTYPES[width], mode="r")
     seps = np.fromfile(path / f"offset{suffix}", dtype="<u8").astype(np.int64) // width
     ends = np.append(seps[1:], len(stream))
     i, n = 0, len(seps)
@@ -181,32 +180,23 @@ def prepare_sidecar(official_dir: Union[str, os.PathLike], out: Union[str, os.Pa
                     raise ValueError(f"out={out}: holds files but no {SIDECAR_FILE}; overwrite= only replaces "
                                      f"a sidecar") from None
         built_from = fingerprint(root, layout, width, vocab)
-        total = sum(layout.tokenized_sizes) // width
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.preparing-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
-    bar = progress_bar(total=total, unit="tok", unit_scale=True, disable=not progress, desc="sidecar",
-                       dynamic_ncols=True)
-    try:
-        dirs = []
-        for i, suffix in enumerate(layout.suffixes):
-            d = tmp / fmt.shard_dir_name(i)
-            writer = ShardWriter(d, width, vocab, ntd_cache_min_cost=ntd_cache_min_cost)
-            _add_shard(writer, src, suffix, width, bar)
-            writer.finish()
-            for name in ("tokens.bin", "docs.bin"):  # (the official files hold these)
-                (d / name).unlink()
-            dirs.append(d.name)
+
+    def fill(writer: ShardWriter, shard_dir: Path, suffix: str, bar: Any) -> None:
+        _add_shard(writer, src, suffix, width, bar)
+
+    def then(shards: list) -> None:
         meta = {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "official_dir": str(real_src),
-                "built_from": built_from, "shard_dirs": dirs, "ntd_cache_min_cost": ntd_cache_min_cost,
-                "package_version": __version__}
+                "built_from": built_from, "shard_dirs": [d.name for d, _ in shards],
+                "ntd_cache_min_cost": ntd_cache_min_cost, "package_version": __version__}
         (tmp / SIDECAR_FILE).write_text(json.dumps(meta, indent=1) + "\n")
         _publish(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        bar.close()
+
+    write_shards_from_official(layout, width, tmp, fill, then, token_width=width, vocab_size=vocab,
+                               ntd_cache_min_cost=ntd_cache_min_cost, progress=progress, desc="sidecar",
+                               drop=("tokens.bin", "docs.bin"))  # (the official files hold these)
     return out
 
 

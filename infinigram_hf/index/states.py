@@ -38,7 +38,7 @@ import numpy as np
 
 from .._core.args import max_entries_arg, max_support_arg, n_threads_arg
 from .._core.ids import as_ids, one_per_row
-from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, int64_len, lib, ptr
 from .batch import DEFAULT_MAX_ENTRIES, as_batch, collect_ntd_batch
 from .results import BatchNextTokenDistributions, BatchProbResult, NextTokenDistribution, ProbResult
 
@@ -86,7 +86,7 @@ def init_state(index: "InfiniGramIndex", context: Any) -> DecodingState:
     out = np.zeros(index.state_size, dtype=np.int64)
     err = err_buffer()
     with index.native_handle() as ix:
-        rc = lib.ig_state_init(ix, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), err, len(err))
+        rc = lib.ig_state_init(ix, ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), int64_len(out), err, len(err))
     check(rc, err)
     return DecodingState(out)
 
@@ -102,7 +102,8 @@ def extend_state(index: "InfiniGramIndex", state: DecodingState, context: Any) -
     st = np.ascontiguousarray(state.values, dtype=np.int64)
     err = err_buffer()
     with index.native_handle() as ix:
-        rc = lib.ig_state_extend(ix, ptr(st, "int64_t"), ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"), err, len(err))
+        rc = lib.ig_state_extend(ix, ptr(st, "int64_t"), int64_len(st), ptr(q, "uint32_t"), len(q), ptr(out, "int64_t"),
+                                 err, len(err))
     check(rc, err)
     return DecodingState(out)
 
@@ -118,8 +119,8 @@ def extend_states(index: "InfiniGramIndex", states: np.ndarray, values: np.ndarr
     res = np.zeros_like(st)
     err = err_buffer()
     with index.native_handle() as ix:
-        rc = lib.ig_state_extend_batch(ix, ptr(st, "int64_t"), ptr(vals, "uint32_t"), len(vals), ptr(offs, "int64_t"),
-                                       len(st), ptr(res, "int64_t"), 0, err, len(err))
+        rc = lib.ig_state_extend_batch(ix, ptr(st, "int64_t"), int64_len(st), ptr(vals, "uint32_t"), len(vals),
+                                       ptr(offs, "int64_t"), len(st), ptr(res, "int64_t"), 0, err, len(err))
     check(rc, err)
     return res
 
@@ -144,9 +145,9 @@ def states_prob(index: "InfiniGramIndex", states: Any, tokens: Any, *, n_threads
     slen, sparse = np.zeros(max(n, 1), dtype=np.int64), np.zeros(max(n, 1), dtype=np.uint8)
     err = err_buffer()
     with index.native_handle() as ix:
-        rc = lib.ig_state_prob_batch(ix, ptr(arr, "int64_t"), n, ptr(toks, "uint32_t"), ptr(count, "uint64_t"),
-                                     ptr(prompt, "uint64_t"), ptr(slen, "int64_t"), ptr(sparse, "uint8_t"),
-                                     n_threads_arg(n_threads), err, len(err))
+        rc = lib.ig_state_prob_batch(ix, ptr(arr, "int64_t"), int64_len(arr), n, ptr(toks, "uint32_t"),
+                                     ptr(count, "uint64_t"), ptr(prompt, "uint64_t"), ptr(slen, "int64_t"),
+                                     ptr(sparse, "uint8_t"), n_threads_arg(n_threads), err, len(err))
     check(rc, err)
     return BatchProbResult.from_counts(count[:n], prompt[:n], slen[:n], sparse[:n])
 
@@ -159,7 +160,7 @@ def states_ntd(index: "InfiniGramIndex", states: Any, *, max_support: Optional[i
     out = ffi.new("ig_ntd_batch **")
     err = err_buffer()
     with index.native_handle() as ix:
-        rc = lib.ig_ntd_batch_states(ix, ptr(arr, "int64_t"), len(arr), max_support_arg(max_support),
+        rc = lib.ig_ntd_batch_states(ix, ptr(arr, "int64_t"), int64_len(arr), len(arr), max_support_arg(max_support),
                                      max_entries_arg(max_entries), n_threads_arg(n_threads), out, err, len(err))
     check(rc, err)
     return collect_ntd_batch(out[0])

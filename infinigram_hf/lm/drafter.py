@@ -35,7 +35,7 @@ import numpy as np
 
 from .._core.args import MAX_DRAFT, float_arg, int_arg, opt_int_arg
 from .._core.ids import as_i64_ids
-from .._core.native import check, err_buffer, ffi, lib, ptr
+from .._core.native import check, err_buffer, ffi, int64_len, lib, ptr
 from ..index.difference import DifferenceIndex
 from ..index.infinigram_index import as_index
 from .drafter_remote import RemoteDraftCalls
@@ -226,9 +226,9 @@ class InfiniGramDrafter:
         return b
 
     def _state_arg(self, state: Any) -> np.ndarray:
-        """A decoding state as the C calls read it: exactly state_size int64 values (the C API
-        takes a bare pointer, so a shorter array -- e.g. a plain index's state given to a
-        difference's drafter -- would be read past its end)."""
+        """A decoding state as the C calls read it: exactly state_size int64 values. The C calls
+        refuse any other length too (they take the buffer's length with its pointer); this check
+        comes first for its message, which names the shape given."""
         st = np.ascontiguousarray(state, dtype=np.int64)
         size = self.index.state_size
         if st.shape != (size,):
@@ -284,9 +284,9 @@ class InfiniGramDrafter:
         st = self._state_arg(state)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        rc = self._c("draft_chain", ptr(st, "int64_t"), max_tokens, self.min_count, self.min_share, self.min_joint,
-                     eos, ptr(b.tok, "uint32_t"), ptr(b.cnt, "uint64_t"), ptr(b.tot, "uint64_t"), b.n, b.err,
-                     len(b.err))
+        rc = self._c("draft_chain", ptr(st, "int64_t"), int64_len(st), max_tokens, self.min_count, self.min_share,
+                     self.min_joint, eos, ptr(b.tok, "uint32_t"), ptr(b.cnt, "uint64_t"), ptr(b.tot, "uint64_t"), b.n,
+                     b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return Draft(b.tok[:n].astype(np.int64), "infgram", int(state[0]), b.cnt[:n].copy(), b.tot[:n].copy())
@@ -352,11 +352,11 @@ class InfiniGramDrafter:
         arrays are this thread's buffers (copy what is kept)."""
         seq = np.ascontiguousarray(seq, dtype=np.int64)
         if state is not None and np.shape(state) != (self.index.state_size,):
-            self._state_arg(state)  # raises: the C call would read past the end of a short state
-        st = ptr(state, "int64_t") if state is not None else ffi.NULL
+            self._state_arg(state)  # raises, naming the shape (C would refuse the length too)
+        st, st_len = (ptr(state, "int64_t"), int64_len(state)) if state is not None else (ffi.NULL, 0)
         b = self._scratch()
         b.params.infgram_cap, b.params.lookup_cap = caps
-        args = (st, ptr(seq, "int64_t"), len(seq), n_new, b.params, limit, ptr(b.out, "int64_t"),
+        args = (st, st_len, ptr(seq, "int64_t"), len(seq), n_new, b.params, limit, ptr(b.out, "int64_t"),
                 ptr(b.cnt, "uint64_t"), ptr(b.tot, "uint64_t"), b.n, b.match, b.src, b.err, len(b.err))
         rc = self._c("draft_step", *args) if self._use_inf else lib.ig_draft_step(ffi.NULL, *args)
         check(rc, b.err)
@@ -485,8 +485,8 @@ class InfiniGramDrafter:
         child = np.zeros((max(k, 1), self.index.state_size), dtype=np.int64)
         total = ffi.new("uint64_t *")
         b = self._scratch()
-        rc = self._c("draft_children", ptr(st, "int64_t"), k, ptr(toks, "uint32_t"), ptr(cnts, "uint64_t"),
-                     ptr(child, "int64_t"), total, b.n, b.err, len(b.err))
+        rc = self._c("draft_children", ptr(st, "int64_t"), int64_len(st), k, ptr(toks, "uint32_t"),
+                     ptr(cnts, "uint64_t"), ptr(child, "int64_t"), total, b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])
         return toks[:n].astype(np.int64), cnts[:n].copy(), child[:n], int(total[0])
@@ -526,7 +526,7 @@ class InfiniGramDrafter:
         probs = np.zeros(max(max_nodes, 1), dtype=np.float64)
         eos = -1 if self.eos_token_id is None else self.eos_token_id
         b = self._scratch()
-        rc = self._c("draft_tree", ptr(st, "int64_t"), max_nodes, max_depth, width, min_prob, eos,
+        rc = self._c("draft_tree", ptr(st, "int64_t"), int64_len(st), max_nodes, max_depth, width, min_prob, eos,
                      ptr(toks, "int64_t"), ptr(par, "int64_t"), ptr(probs, "double"), b.n, b.err, len(b.err))
         check(rc, b.err)
         n = int(b.n[0])

@@ -61,9 +61,10 @@ typedef struct ig_ntd_batch ig_ntd_batch;
 int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_values, const int64_t *offsets,
                      int64_t n, int mode, int64_t max_support, int64_t max_entries, int n_threads,
                      ig_ntd_batch **out, char *err, size_t errlen);
-/* The same (∞-gram) for n decoding states (n * ig_state_size(ix) values). */
-int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
-                        int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen);
+/* The same (∞-gram) for n decoding states (n_state_values = n * ig_state_size(ix) values). */
+int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
+                        int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
+                        size_t errlen);
 int64_t ig_ntd_batch_rows(const ig_ntd_batch *b);
 int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
 /* Rows as CSR: row i's distinct next tokens (increasing ids) and counts are

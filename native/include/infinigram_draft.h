@@ -33,6 +33,10 @@ extern "C" {
 #define IG_DRAFT_EXACT_MAX 2048
 #define IG_DRAFT_SAMPLES 64
 
+/* Every call here that takes a decoding state takes its length in int64 values too (state_len,
+   checked as in infinigram_state.h: ig_state_size(ix), or ig_diff_state_size over a difference;
+   any other length is IG_ERR_ARG). */
+
 /* Greedy ∞-gram draft from a decoding state (ig_state_size(ix) values; suffix_len 0 drafts
    nothing). Token i of the draft is the most frequent continuation of the matched suffix
    followed by tokens 0..i-1; counts[i] = occurrences of that continuation, totals[i] =
@@ -42,25 +46,26 @@ extern "C" {
    as the most frequent continuation is drafted as eos_id and ends the draft (eos_id < 0: the
    draft ends before it). tokens/counts/totals hold max_tokens entries (counts/totals may be
    NULL); *n_out = tokens drafted. */
-int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
-                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
-                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen);
+int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_tokens,
+                   uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
+                   uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen);
 
 /* The (up to) k most frequent next tokens of a state's matched suffix, most frequent first
    (ties: smaller id), with their exact counts and the states of context + token
-   (child_states: k * ig_state_size(ix) values, may be NULL). A document end is reported as
+   (child_states: k * state_len values, may be NULL). A document end is reported as
    the separator id and has no state (its row is left as the parent's). *total = occurrences
    of the matched suffix; *n_out = tokens written. With more than IG_DRAFT_EXACT_MAX
    occurrences the list holds the sampled candidates only (see above). */
-int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
-                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen);
+int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
+                      uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out, char *err,
+                      size_t errlen);
 
 /* The state of ctx[0..len) from `state`, that of ctx[0..len - n_new): the last n_new tokens
    added one by one (a narrowing each while the match grows, a bounded backoff search when it
    does not). ctx may be any tail of the context holding the state's matched suffix and the new
-   tokens. out may alias state. */
-int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t n_new,
-                     int64_t *out, char *err, size_t errlen);
+   tokens. out (state_len values) may alias state. */
+int ig_draft_advance(const ig_index *ix, const int64_t *state, int64_t state_len, const uint32_t *ctx, int64_t len,
+                     int64_t n_new, int64_t *out, char *err, size_t errlen);
 
 /* Best-first token tree from a state: nodes are added in order of their estimated probability
    (the product of ∞-gram shares count / total along the path from the root), the candidates
@@ -69,8 +74,8 @@ int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *c
    are at most max_depth deep. tokens/parents/probs hold max_nodes entries; parents[i] is -1 for
    a child of the root, else an earlier node. A document end becomes a leaf drafted as eos_id
    (none when eos_id < 0). A state with suffix_len 0 gives no tree. */
-int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
-                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
+                  int64_t width, double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
                   int64_t *n_out, char *err, size_t errlen);
 
 /* Prompt lookup over seq[0..n) (any int64 ids, no index needed): the longest suffix of seq,
@@ -112,11 +117,11 @@ typedef struct {
    greedy ∞-gram chain from the state, combined as p->source says, capped by the match length
    rule and by max_tokens. out/counts/totals hold max_tokens entries (counts/totals: for ∞-gram
    drafts, else zeros; may be NULL). *source_out = IG_DRAFT_INFGRAM or IG_DRAFT_LOOKUP (or -1:
-   no draft), *match_len = the match drafted from. ix may be NULL (prompt lookup only; state is
-   then ignored). */
-int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
-                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
-                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
+   no draft), *match_len = the match drafted from. ix may be NULL (prompt lookup only; state and
+   state_len are then ignored, as they are when p->source is IG_DRAFT_LOOKUP). */
+int ig_draft_step(const ig_index *ix, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n,
+                  int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
+                  uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ drafts over a difference */
 
@@ -130,20 +135,21 @@ int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_
    ("not a subset"). */
 int64_t ig_diff_state_size(const ig_index *plus, const ig_index *minus);
 int ig_diff_state_init(const ig_index *plus, const ig_index *minus, const uint32_t *ctx, int64_t len,
-                       int64_t *state, char *err, size_t errlen);
-int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, const int64_t *seq, int64_t n,
-                       int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
-                       uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err,
-                       size_t errlen);
-int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_tokens,
-                        uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
-                        uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen);
-int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t k,
-                           uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out,
-                           char *err, size_t errlen);
-int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_nodes,
-                       int64_t max_depth, int64_t width, double min_prob, int64_t eos_id, int64_t *tokens,
-                       int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen);
+                       int64_t *state, int64_t state_len, char *err, size_t errlen);
+int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, int64_t state_len,
+                       const int64_t *seq, int64_t n, int64_t n_new, const ig_draft_params *p, int64_t max_tokens,
+                       int64_t *out, uint64_t *counts, uint64_t *totals, int64_t *n_out, int64_t *match_len,
+                       int *source_out, char *err, size_t errlen);
+int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                        int64_t max_tokens, uint64_t min_count, double min_share, double min_joint, int64_t eos_id,
+                        uint32_t *tokens, uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err,
+                        size_t errlen);
+int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                           int64_t k, uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total,
+                           int64_t *n_out, char *err, size_t errlen);
+int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                       int64_t max_nodes, int64_t max_depth, int64_t width, double min_prob, int64_t eos_id,
+                       int64_t *tokens, int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,13 @@ static dsrc src_of(const ig_index *P, const ig_index *M) {
 
 static int64_t src_state_size(const dsrc *x) { return 2 + 2 * (int64_t)x->ns; }
 
+/* The source of a call over a difference, once the pair is checked (the ig_diff_* entry points). */
+static int diff_src(const ig_index *plus, const ig_index *minus, dsrc *x, char *err, size_t errlen) {
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    if (!rc) *x = src_of(plus, minus);
+    return rc;
+}
+
 static const ig_shard *src_shard(const dsrc *x, int i) {
     return i < x->SP ? &x->P->shards[i] : &x->M->shards[i - x->SP];
 }
@@ -101,10 +108,13 @@ static void src_store(const dsrc *x, int64_t suffix_len, const ig_range *rs, int
     state[1] = src_total(x, rs);
 }
 
-/* ig_state_begin over a dsrc: scratch of ns ranges, the state checked and loaded into sc->a. */
-static int64_t src_begin(const dsrc *x, const int64_t *state, ig_scratch *sc, char *err, size_t errlen) {
-    if (!x->M) return ig_state_begin(x->P, state, sc, err, errlen);
-    int rc = ig_scratch_init(sc, x->ns, err, errlen);
+/* ig_state_begin over a dsrc: scratch of ns ranges, the state (state_len values) checked and
+   loaded into sc->a. */
+static int64_t src_begin(const dsrc *x, const int64_t *state, int64_t state_len, ig_scratch *sc, char *err,
+                         size_t errlen) {
+    if (!x->M) return ig_state_begin(x->P, state, state_len, sc, err, errlen);
+    int rc = ig_check_state_len(state_len, src_state_size(x), "state", "difference", err, errlen);
+    if (!rc) rc = ig_scratch_init(sc, x->ns, err, errlen);
     if (rc) return rc;
     if (!state) {
         ig_scratch_free(sc);
@@ -384,14 +394,14 @@ static int64_t greedy_chain(dsrc *x, ig_range *cur, ig_range *next, ig_range *tm
     return n;
 }
 
-static int draft_chain(dsrc *x, const int64_t *state, int64_t max_tokens, uint64_t min_count, double min_share,
-                       double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts, uint64_t *totals,
-                       int64_t *n_out, char *err, size_t errlen) {
+static int draft_chain(dsrc *x, const int64_t *state, int64_t state_len, int64_t max_tokens, uint64_t min_count,
+                       double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
+                       uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_tokens > 0 && !tokens)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (max_tokens < 0) return ig_fail(err, errlen, IG_ERR_ARG, "max_tokens must be >= 0, got %lld", (long long)max_tokens);
     *n_out = 0;
     ig_scratch sc;
-    int64_t l = src_begin(x, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     chain_rule rule = {min_count, min_share, min_joint, eos_id};
     int64_t n = greedy_chain(x, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL, counts, totals);
@@ -401,32 +411,33 @@ static int draft_chain(dsrc *x, const int64_t *state, int64_t max_tokens, uint64
     return rc;
 }
 
-int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t max_tokens, uint64_t min_count,
-                   double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
-                   uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
+int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_tokens,
+                   uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
+                   uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
     dsrc x = src_of(ix, NULL);
-    return draft_chain(&x, state, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts, totals, n_out,
-                       err, errlen);
+    return draft_chain(&x, state, state_len, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts,
+                       totals, n_out, err, errlen);
 }
 
-int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_tokens,
-                        uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
-                        uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
-    int rc = ig_diff_check_pair(plus, minus, err, errlen);
-    if (rc) return rc;
-    dsrc x = src_of(plus, minus);
-    return draft_chain(&x, state, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts, totals, n_out,
-                       err, errlen);
+int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                        int64_t max_tokens, uint64_t min_count, double min_share, double min_joint, int64_t eos_id,
+                        uint32_t *tokens, uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err,
+                        size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
+    return rc ? rc : draft_chain(&x, state, state_len, max_tokens, min_count, min_share, min_joint, eos_id, tokens,
+                                 counts, totals, n_out, err, errlen);
 }
 
-static int draft_children(dsrc *x, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
-                          int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
+static int draft_children(dsrc *x, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
+                          uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out, char *err,
+                          size_t errlen) {
     if (!n_out || !total || (k > 0 && (!tokens || !counts))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (k < 0) return ig_fail(err, errlen, IG_ERR_ARG, "k must be >= 0, got %lld", (long long)k);
     *n_out = 0;
     *total = 0;
     ig_scratch sc;
-    int64_t l = src_begin(x, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     tc *best = k > 0 ? malloc((size_t)k * sizeof *best) : NULL;
     if (k > 0 && !best) {
@@ -455,19 +466,19 @@ static int draft_children(dsrc *x, const int64_t *state, int64_t k, uint32_t *to
     return rc;
 }
 
-int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t k, uint32_t *tokens, uint64_t *counts,
-                      int64_t *child_states, uint64_t *total, int64_t *n_out, char *err, size_t errlen) {
+int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
+                      uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out, char *err,
+                      size_t errlen) {
     dsrc x = src_of(ix, NULL);
-    return draft_children(&x, state, k, tokens, counts, child_states, total, n_out, err, errlen);
+    return draft_children(&x, state, state_len, k, tokens, counts, child_states, total, n_out, err, errlen);
 }
 
-int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t k,
-                           uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out,
-                           char *err, size_t errlen) {
-    int rc = ig_diff_check_pair(plus, minus, err, errlen);
-    if (rc) return rc;
-    dsrc x = src_of(plus, minus);
-    return draft_children(&x, state, k, tokens, counts, child_states, total, n_out, err, errlen);
+int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                           int64_t k, uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total,
+                           int64_t *n_out, char *err, size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
+    return rc ? rc : draft_children(&x, state, state_len, k, tokens, counts, child_states, total, n_out, err, errlen);
 }
 
 int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t max_len, int64_t max_tokens,
@@ -501,13 +512,13 @@ int64_t ig_draft_lookup(const int64_t *seq, int64_t n, int64_t min_len, int64_t 
     return best;
 }
 
-int ig_draft_advance(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t n_new,
-                     int64_t *out, char *err, size_t errlen) {
+int ig_draft_advance(const ig_index *ix, const int64_t *state, int64_t state_len, const uint32_t *ctx, int64_t len,
+                     int64_t n_new, int64_t *out, char *err, size_t errlen) {
     if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
     if (n_new < 0 || n_new > len)
         return ig_fail(err, errlen, IG_ERR_ARG, "n_new must be in [0, %lld], got %lld", (long long)len, (long long)n_new);
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = ig_state_begin(ix, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     int rc = IG_OK;
     if (len - n_new < l)
@@ -585,7 +596,7 @@ static int advance(dsrc *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_r
     return IG_OK;
 }
 
-static int draft_step(dsrc *x, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
+static int draft_step(dsrc *x, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n, int64_t n_new,
                       const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
                       int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
     const ig_index *ix = x->P;
@@ -607,7 +618,7 @@ static int draft_step(dsrc *x, int64_t *state, const int64_t *seq, int64_t n, in
     ig_range *cur = NULL, *next = NULL;
     if (use_inf) {
         if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "NULL state");
-        if ((l = src_begin(x, state, &sc, err, errlen)) < 0) return (int)l;
+        if ((l = src_begin(x, state, state_len, &sc, err, errlen)) < 0) return (int)l;
         cur = sc.a;
         next = sc.b;
         if ((rc = advance(x, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen)) ||
@@ -656,23 +667,22 @@ static int draft_step(dsrc *x, int64_t *state, const int64_t *seq, int64_t n, in
     return IG_OK;
 }
 
-int ig_draft_step(const ig_index *ix, int64_t *state, const int64_t *seq, int64_t n, int64_t n_new,
-                  const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
-                  int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
+int ig_draft_step(const ig_index *ix, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n,
+                  int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
+                  uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
     dsrc x = src_of(ix, NULL);
-    return draft_step(&x, state, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len, source_out, err,
-                      errlen);
+    return draft_step(&x, state, state_len, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len,
+                      source_out, err, errlen);
 }
 
-int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, const int64_t *seq, int64_t n,
-                       int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
-                       uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err,
-                       size_t errlen) {
-    int rc = ig_diff_check_pair(plus, minus, err, errlen);
-    if (rc) return rc;
-    dsrc x = src_of(plus, minus);
-    return draft_step(&x, state, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len, source_out, err,
-                      errlen);
+int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *state, int64_t state_len,
+                       const int64_t *seq, int64_t n, int64_t n_new, const ig_draft_params *p, int64_t max_tokens,
+                       int64_t *out, uint64_t *counts, uint64_t *totals, int64_t *n_out, int64_t *match_len,
+                       int *source_out, char *err, size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
+    return rc ? rc : draft_step(&x, state, state_len, seq, n, n_new, p, max_tokens, out, counts, totals, n_out,
+                                match_len, source_out, err, errlen);
 }
 
 /* ---------------------------------------------------------------- best-first trees */
@@ -683,15 +693,15 @@ typedef struct {
     uint32_t tok;
 } tree_cand;
 
-static int draft_tree(dsrc *x, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
-                      double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+static int draft_tree(dsrc *x, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
+                      int64_t width, double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
                       int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_nodes > 0 && (!tokens || !parents || !probs))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     if (max_nodes < 0 || max_depth < 0 || width < 0)
         return ig_fail(err, errlen, IG_ERR_ARG, "max_nodes, max_depth and width must be >= 0");
     *n_out = 0;
     ig_scratch sc;
-    int64_t l = src_begin(x, state, &sc, err, errlen);
+    int64_t l = src_begin(x, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     if (l == 0 || max_nodes == 0 || max_depth == 0 || width == 0) {
         ig_scratch_free(&sc);
@@ -751,22 +761,21 @@ static int draft_tree(dsrc *x, const int64_t *state, int64_t max_nodes, int64_t 
     return rc;
 }
 
-int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t max_nodes, int64_t max_depth, int64_t width,
-                  double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
+int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
+                  int64_t width, double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
                   int64_t *n_out, char *err, size_t errlen) {
     dsrc x = src_of(ix, NULL);
-    return draft_tree(&x, state, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs, n_out, err,
-                      errlen);
+    return draft_tree(&x, state, state_len, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs,
+                      n_out, err, errlen);
 }
 
-int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t max_nodes,
-                       int64_t max_depth, int64_t width, double min_prob, int64_t eos_id, int64_t *tokens,
-                       int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen) {
-    int rc = ig_diff_check_pair(plus, minus, err, errlen);
-    if (rc) return rc;
-    dsrc x = src_of(plus, minus);
-    return draft_tree(&x, state, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs, n_out, err,
-                      errlen);
+int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
+                       int64_t max_nodes, int64_t max_depth, int64_t width, double min_prob, int64_t eos_id,
+                       int64_t *tokens, int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
+    return rc ? rc : draft_tree(&x, state, state_len, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents,
+                                probs, n_out, err, errlen);
 }
 
 /* ---------------------------------------------------------------- states of a difference */
@@ -776,12 +785,13 @@ int64_t ig_diff_state_size(const ig_index *plus, const ig_index *minus) {
 }
 
 int ig_diff_state_init(const ig_index *plus, const ig_index *minus, const uint32_t *ctx, int64_t len, int64_t *state,
-                       char *err, size_t errlen) {
-    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+                       int64_t state_len, char *err, size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
     if (!rc) rc = ig_check_ids(plus, ctx, len, "context", err, errlen);
+    if (!rc) rc = ig_check_state_len(state_len, src_state_size(&x), "state", "difference", err, errlen);
     if (rc) return rc;
     if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL output");
-    dsrc x = src_of(plus, minus);
     ig_scratch sc;
     if ((rc = ig_scratch_init(&sc, x.ns, err, errlen))) return rc;
     int neg = 0;

@@ -255,14 +255,15 @@ int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_value
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
-int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n, int64_t max_support,
-                        int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
+int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
+                        int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
+                        size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
     *out = NULL;
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (n < 0 || (n > 0 && !states)) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL or negative count");
     int rc = check_limits(max_support, max_entries, err, errlen);
-    if (!rc) rc = ig_check_states(ix, states, n, NULL, NULL, err, errlen);
+    if (!rc) rc = ig_check_states(ix, states, n_state_values, n, NULL, NULL, err, errlen);
     if (rc) return rc;
     ntd_job j = {ix, {states, NULL, NULL, 1}, max_support, NULL, NULL, max_entries, 0};
     return run_job(&j, n, n_threads, out, err, errlen);

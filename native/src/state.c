@@ -10,6 +10,12 @@
 
 int64_t ig_state_size(const ig_index *ix) { return ix ? 2 + 2 * (int64_t)ix->n_shards : 0; }
 
+int ig_check_state_len(int64_t got, int64_t want, const char *what, const char *of, char *err, size_t errlen) {
+    if (got == want) return IG_OK;
+    return ig_fail(err, errlen, IG_ERR_ARG, "%s: %lld int64 values given; the call needs %lld (states of this %s)",
+                   what, (long long)got, (long long)want, of);
+}
+
 int64_t ig_state_load(const ig_index *ix, const int64_t *state, ig_range *rs, const char *what, char *err,
                    size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
@@ -41,16 +47,21 @@ void ig_state_store(const ig_index *ix, int64_t suffix_len, const ig_range *rs, 
     state[1] = (int64_t)c;
 }
 
-int64_t ig_state_begin(const ig_index *ix, const int64_t *state, ig_scratch *sc, char *err, size_t errlen) {
-    int rc = ig_scratch_init(sc, ix ? ix->n_shards : 1, err, errlen);
+int64_t ig_state_begin(const ig_index *ix, const int64_t *state, int64_t state_len, ig_scratch *sc, char *err,
+                       size_t errlen) {
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    int rc = ig_check_state_len(state_len, ig_state_size(ix), "state", "index", err, errlen);
+    if (!rc) rc = ig_scratch_init(sc, ix->n_shards, err, errlen);
     if (rc) return rc;
     int64_t l = ig_state_load(ix, state, sc->a, "state", err, errlen);
     if (l < 0) ig_scratch_free(sc);
     return l;
 }
 
-int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, char *err, size_t errlen) {
+int ig_state_init(const ig_index *ix, const uint32_t *ctx, int64_t len, int64_t *state, int64_t state_len, char *err,
+                  size_t errlen) {
     int rc = ig_check_ids(ix, ctx, len, "context", err, errlen);
+    if (!rc) rc = ig_check_state_len(state_len, ig_state_size(ix), "state", "index", err, errlen);
     if (rc) return rc;
     if (!state) return ig_fail(err, errlen, IG_ERR_ARG, "state: NULL output");
     ig_scratch sc;
@@ -89,12 +100,12 @@ static int check_extend(const ig_index *ix, int64_t l, const uint32_t *ctx, int6
     return ig_check_ids(ix, ctx + len - (l + 1), l + 1, what, err, errlen);
 }
 
-int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ctx, int64_t len, int64_t *out,
-                    char *err, size_t errlen) {
+int ig_state_extend(const ig_index *ix, const int64_t *state, int64_t state_len, const uint32_t *ctx, int64_t len,
+                    int64_t *out, char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (!out || (len > 0 && !ctx)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL context or output");
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = ig_state_begin(ix, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     int rc = check_extend(ix, l, ctx, len, "context", err, errlen);
     ig_lce_memo *memo = NULL;
@@ -104,10 +115,11 @@ int ig_state_extend(const ig_index *ix, const int64_t *state, const uint32_t *ct
     return rc;
 }
 
-int ig_state_prob(const ig_index *ix, const int64_t *state, uint32_t token, ig_prob *out, char *err, size_t errlen) {
+int ig_state_prob(const ig_index *ix, const int64_t *state, int64_t state_len, uint32_t token, ig_prob *out,
+                  char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     ig_scratch sc;
-    int64_t l = ig_state_begin(ix, state, &sc, err, errlen);
+    int64_t l = ig_state_begin(ix, state, state_len, &sc, err, errlen);
     if (l < 0) return (int)l;
     int rc = ig_check_ids(ix, &token, 1, "token", err, errlen);
     if (!rc) ig_prob_from_ranges(ix, sc.a, l, token, sc.b, out);
@@ -172,12 +184,16 @@ static int extend_work(void *ctx, int tid, int64_t begin, int64_t end) {
     return 0;
 }
 
-int ig_check_states(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *values,
-                    const int64_t *offsets, char *err, size_t errlen) {
+int ig_check_states(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
+                    const uint32_t *values, const int64_t *offsets, char *err, size_t errlen) {
     if (n > 0 && !states) return ig_fail(err, errlen, IG_ERR_ARG, "states: NULL");
-    ig_scratch sc;
-    int rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
     int64_t size = ig_state_size(ix);
+    if (n < 0 || n > INT64_MAX / size) return ig_fail(err, errlen, IG_ERR_ARG, "bad number of states %lld",
+                                                      (long long)n);
+    int rc = ig_check_state_len(n_state_values, n * size, "states", "index", err, errlen);
+    if (rc) return rc;
+    ig_scratch sc;
+    rc = ig_scratch_init(&sc, ix->n_shards, err, errlen);
     for (int64_t i = 0; i < n && !rc; i++) {
         char name[64];
         snprintf(name, sizeof name, "states[%lld]", (long long)i);
@@ -192,26 +208,28 @@ int ig_check_states(const ig_index *ix, const int64_t *states, int64_t n, const 
     return rc;
 }
 
-int ig_state_extend_batch(const ig_index *ix, const int64_t *states, const uint32_t *values, int64_t n_values,
-                          const int64_t *offsets, int64_t n, int64_t *out, int n_threads, char *err, size_t errlen) {
+int ig_state_extend_batch(const ig_index *ix, const int64_t *states, int64_t n_state_values, const uint32_t *values,
+                          int64_t n_values, const int64_t *offsets, int64_t n, int64_t *out, int n_threads, char *err,
+                          size_t errlen) {
     int rc = ig_check_batch(ix, values, n_values, offsets, n, "contexts", err, errlen);
+    if (!rc && n == 0) rc = ig_check_state_len(n_state_values, 0, "states", "index", err, errlen);
     if (rc || n == 0) return rc;
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
-    if ((rc = ig_check_states(ix, states, n, values, offsets, err, errlen))) return rc;
+    if ((rc = ig_check_states(ix, states, n_state_values, n, values, offsets, err, errlen))) return rc;
     extend_job j = {ix, states, values, offsets, out};
     rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), IG_EXTEND_BLOCK, extend_work, &j);
     return rc ? ig_fail(err, errlen, rc, "out of memory") : IG_OK;
 }
 
-int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n, const uint32_t *tokens,
-                        uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len, uint8_t *sparse,
-                        int n_threads, char *err, size_t errlen) {
+int ig_state_prob_batch(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
+                        const uint32_t *tokens, uint64_t *count, uint64_t *prompt_count, int64_t *suffix_len,
+                        uint8_t *sparse, int n_threads, char *err, size_t errlen) {
     if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
     if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative number of states");
-    if (n == 0) return IG_OK;
+    if (n == 0) return ig_check_state_len(n_state_values, 0, "states", "index", err, errlen);
     if (!tokens || !count || !prompt_count || !suffix_len) return ig_fail(err, errlen, IG_ERR_ARG, "NULL tokens or output");
     int rc = ig_check_ids(ix, tokens, n, "tokens", err, errlen);
-    if (!rc) rc = ig_check_states(ix, states, n, NULL, NULL, err, errlen);
+    if (!rc) rc = ig_check_states(ix, states, n_state_values, n, NULL, NULL, err, errlen);
     if (rc) return rc;
     ig_rows rows = {states, NULL, NULL, 1};
     return ig_prob_rows(ix, &rows, n, tokens, count, prompt_count, suffix_len, sparse, n_threads, err, errlen);

@@ -87,20 +87,21 @@ static void test_draft_steps(const ref_corpus *c, ig_index *ix) {
     uint64_t counts[6], totals[6];
     int source;
     uint32_t ctx[SEQ], chain[6];
-    CHECK(ig_state_init(ix, NULL, 0, st, err, sizeof err) == IG_OK, "%s", err);
+    CHECK(ig_state_init(ix, NULL, 0, st, ig_state_size(ix), err, sizeof err) == IG_OK, "%s", err);
     for (int64_t n = 0, step = 0; n < SEQ; step++) {
         int64_t add = 1 + step % 4;
         if (n + add > SEQ) add = SEQ - n;
         n += add;
-        CHECK(ig_draft_step(ix, st, seq, n, add, &p, 6, out, counts, totals, &n_out, &match, &source, err, sizeof err) ==
+        CHECK(ig_draft_step(ix, st, ig_state_size(ix), seq, n, add, &p, 6, out, counts, totals, &n_out, &match,
+                            &source, err, sizeof err) ==
                   IG_OK, "draft_step at %lld: %s", (long long)n, err);
         int64_t b = n; /* the context after the last boundary */
         while (b > 0 && !(seq[b - 1] == eos || seq[b - 1] >= (int64_t)c->vocab)) b--;
         for (int64_t i = b; i < n; i++) ctx[i - b] = (uint32_t)seq[i];
-        ig_state_init(ix, ctx, n - b, want, err, sizeof err);
+        ig_state_init(ix, ctx, n - b, want, ig_state_size(ix), err, sizeof err);
         CHECK(!memcmp(st, want, (size_t)ig_state_size(ix) * sizeof *st), "draft_step state at %lld", (long long)n);
         int64_t nc = 0;
-        ig_draft_chain(ix, st, 6, 1, 0.0, 0.0, eos, chain, NULL, NULL, &nc, err, sizeof err);
+        ig_draft_chain(ix, st, ig_state_size(ix), 6, 1, 0.0, 0.0, eos, chain, NULL, NULL, &nc, err, sizeof err);
         int same = nc == n_out && (n_out == 0 || (source == IG_DRAFT_INFGRAM && match == st[0]));
         for (int64_t i = 0; same && i < n_out; i++) same = out[i] == (int64_t)chain[i];
         CHECK(same, "draft_step draft at %lld: %lld tokens, chain %lld", (long long)n, (long long)n_out, (long long)nc);
@@ -108,9 +109,11 @@ static void test_draft_steps(const ref_corpus *c, ig_index *ix) {
     /* the state of one token, stepped over a sequence whose token before the new one is eos */
     uint32_t t = c->ids[0];
     int64_t bad[3] = {(int64_t)t, eos, (int64_t)t};
-    if (c->offsets[c->n_docs] > 0 && (int64_t)t != eos && ig_state_init(ix, &t, 1, st, err, sizeof err) == IG_OK &&
+    if (c->offsets[c->n_docs] > 0 && (int64_t)t != eos && ig_state_init(ix, &t, 1, st, ig_state_size(ix), err,
+                                                                        sizeof err) == IG_OK &&
         st[0] == 1)
-        CHECK(ig_draft_step(ix, st, bad, 3, 1, &p, 6, out, NULL, NULL, &n_out, &match, &source, err, sizeof err) ==
+        CHECK(ig_draft_step(ix, st, ig_state_size(ix), bad, 3, 1, &p, 6, out, NULL, NULL, &n_out, &match, &source, err,
+                            sizeof err) ==
                   IG_ERR_ARG && strstr(err, "matched suffix holds"), "boundary inside the matched suffix: %s", err);
 }
 
@@ -163,30 +166,34 @@ static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name
         uint64_t cd[6], ck[6], td[6], tk[6];
         int srcd, srck;
         CHECK(ig_diff_state_size(ix, rm) == 2 + 2 * (int64_t)(c->n_shards + 1), "diff state size");
-        CHECK(ig_diff_state_init(ix, rm, NULL, 0, sd, err, sizeof err) == IG_OK, "%s", err);
-        CHECK(ig_state_init(keep, NULL, 0, sk, err, sizeof err) == IG_OK, "%s", err);
+        CHECK(ig_diff_state_init(ix, rm, NULL, 0, sd, ig_diff_state_size(ix, rm), err, sizeof err) == IG_OK, "%s", err);
+        CHECK(ig_state_init(keep, NULL, 0, sk, ig_state_size(keep), err, sizeof err) == IG_OK, "%s", err);
         for (int64_t n = 0, step = 0; n < SEQ; step++) {
             int64_t add = 1 + step % 5;
             if (n + add > SEQ) add = SEQ - n;
             n += add;
-            int a = ig_diff_draft_step(ix, rm, sd, seq, n, add, &p, 6, out_d, cd, td, &nd, &md, &srcd, err, sizeof err);
-            int b = ig_draft_step(keep, sk, seq, n, add, &p, 6, out_k, ck, tk, &nk, &mk, &srck, err, sizeof err);
+            int a = ig_diff_draft_step(ix, rm, sd, ig_diff_state_size(ix, rm), seq, n, add, &p, 6, out_d, cd, td, &nd,
+                                       &md, &srcd, err, sizeof err);
+            int b = ig_draft_step(keep, sk, ig_state_size(keep), seq, n, add, &p, 6, out_k, ck, tk, &nk, &mk, &srck,
+                                  err, sizeof err);
             int same = a == IG_OK && b == IG_OK && nd == nk && md == mk && srcd == srck && sd[0] == sk[0] && sd[1] == sk[1];
             for (int64_t i = 0; same && i < nd; i++) same = out_d[i] == out_k[i] && cd[i] == ck[i] && td[i] == tk[i];
             CHECK(same, "diff draft_step at %lld: %lld/%lld tokens, match %lld/%lld", (long long)n, (long long)nd,
                   (long long)nk, (long long)md, (long long)mk);
             uint32_t chd[6], chk[6];
             int64_t ncd = 0, nck = 0;
-            ig_diff_draft_chain(ix, rm, sd, 6, 1, 0.2, 0.0, eos, chd, cd, td, &ncd, err, sizeof err);
-            ig_draft_chain(keep, sk, 6, 1, 0.2, 0.0, eos, chk, ck, tk, &nck, err, sizeof err);
+            ig_diff_draft_chain(ix, rm, sd, ig_diff_state_size(ix, rm), 6, 1, 0.2, 0.0, eos, chd, cd, td, &ncd, err,
+                                sizeof err);
+            ig_draft_chain(keep, sk, ig_state_size(keep), 6, 1, 0.2, 0.0, eos, chk, ck, tk, &nck, err, sizeof err);
             same = ncd == nck;
             for (int64_t i = 0; same && i < ncd; i++) same = chd[i] == chk[i] && cd[i] == ck[i] && td[i] == tk[i];
             CHECK(same, "diff chain at %lld", (long long)n);
             uint32_t kd[4], kk[4];
             uint64_t totd, totk;
             int64_t csd[4 * 64], csk[4 * 64], sized = ig_diff_state_size(ix, rm), sizek = ig_state_size(keep);
-            ig_diff_draft_children(ix, rm, sd, 4, kd, cd, csd, &totd, &ncd, err, sizeof err);
-            ig_draft_children(keep, sk, 4, kk, ck, csk, &totk, &nck, err, sizeof err);
+            ig_diff_draft_children(ix, rm, sd, ig_diff_state_size(ix, rm), 4, kd, cd, csd, &totd, &ncd, err,
+                                   sizeof err);
+            ig_draft_children(keep, sk, ig_state_size(keep), 4, kk, ck, csk, &totk, &nck, err, sizeof err);
             same = ncd == nck && totd == totk;
             for (int64_t i = 0; same && i < ncd; i++)
                 same = kd[i] == kk[i] && cd[i] == ck[i] && csd[i * sized] == csk[i * sizek] &&
@@ -194,8 +201,9 @@ static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name
             CHECK(same, "diff children at %lld", (long long)n);
             int64_t ttd[8], ttk[8], ptd[8], ptk[8];
             double prd[8], prk[8];
-            ig_diff_draft_tree(ix, rm, sd, 8, 4, 3, 0.0, eos, ttd, ptd, prd, &ncd, err, sizeof err);
-            ig_draft_tree(keep, sk, 8, 4, 3, 0.0, eos, ttk, ptk, prk, &nck, err, sizeof err);
+            ig_diff_draft_tree(ix, rm, sd, ig_diff_state_size(ix, rm), 8, 4, 3, 0.0, eos, ttd, ptd, prd, &ncd, err,
+                               sizeof err);
+            ig_draft_tree(keep, sk, ig_state_size(keep), 8, 4, 3, 0.0, eos, ttk, ptk, prk, &nck, err, sizeof err);
             same = ncd == nck;
             for (int64_t i = 0; same && i < ncd; i++) same = ttd[i] == ttk[i] && ptd[i] == ptk[i] && prd[i] == prk[i];
             CHECK(same, "diff tree at %lld", (long long)n);
@@ -206,10 +214,28 @@ static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name
         forged[2] = -5;
         uint32_t tok[6];
         int64_t nt;
-        CHECK(ig_diff_draft_chain(ix, rm, forged, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) == IG_ERR_ARG,
+        CHECK(ig_diff_draft_chain(ix, rm, forged, ig_diff_state_size(ix, rm), 6, 1, 0, 0, -1, tok, NULL, NULL, &nt,
+                                  err, sizeof err) == IG_ERR_ARG,
               "forged diff state");
-        CHECK(ig_diff_draft_chain(ix, NULL, sd, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) == IG_ERR_ARG,
+        CHECK(ig_diff_draft_chain(ix, NULL, sd, ig_diff_state_size(ix, NULL), 6, 1, 0, 0, -1, tok, NULL, NULL, &nt,
+                                  err, sizeof err) == IG_ERR_ARG,
               "closed removed index");
+        /* a state of the remaining documents' own index is shorter than a difference's: refused */
+        int64_t sizek = ig_state_size(keep), sized = ig_diff_state_size(ix, rm), nt2, ch[64], sl2[8];
+        int64_t seq1[1] = {0};
+        double pr[8];
+        uint64_t tot;
+        CHECK(ig_diff_draft_chain(ix, rm, sk, sizek, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) ==
+                  IG_ERR_ARG && strstr(err, "states of this difference"), "plain state to diff chain: %s", err);
+        CHECK(ig_diff_draft_children(ix, rm, sk, sizek, 2, tok, NULL, ch, &tot, &nt, err, sizeof err) == IG_ERR_ARG,
+              "plain state to diff children");
+        CHECK(ig_diff_draft_tree(ix, rm, sk, sizek, 4, 2, 2, 0.0, -1, ch, sl2, pr, &nt, err, sizeof err) == IG_ERR_ARG,
+              "plain state to diff tree");
+        CHECK(ig_diff_draft_step(ix, rm, sk, sizek, seq1, 1, 1, &p, 6, ch, NULL, NULL, &nt, &nt2, &srcd, err,
+                                 sizeof err) == IG_ERR_ARG, "plain state to diff step");
+        CHECK(ig_diff_state_init(ix, rm, NULL, 0, ch, sized - 1, err, sizeof err) == IG_ERR_ARG, "diff init length");
+        CHECK(ig_diff_draft_chain(ix, rm, sd, sized + 1, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) ==
+                  IG_ERR_ARG, "diff chain length");
     }
     ig_close(rm);
     ig_close(keep);
@@ -281,16 +307,19 @@ static void test_batches(const ref_corpus *c, ig_index *ix) {
               "negative cap");
         /* the same from decoding states (32 states of the empty context) */
         int64_t size = ig_state_size(ix), *st = malloc((size_t)(32 * size) * sizeof *st);
-        for (int64_t i = 0; i < 32; i++) CHECK(ig_state_init(ix, q, 0, st + i * size, err, sizeof err) == IG_OK, "%s", err);
+        for (int64_t i = 0; i < 32; i++) CHECK(ig_state_init(ix, q, 0, st + i * size, ig_state_size(ix), err,
+                                                             sizeof err) == IG_OK, "%s", err);
         for (int t = 1; t <= 4; t += 3) {
             b = NULL;
-            CHECK(ig_ntd_batch_states(ix, st, 32, 0, total - 1, t, &b, err, sizeof err) == IG_ERR_LIMIT && !b &&
+            CHECK(ig_ntd_batch_states(ix, st, 32 * size, 32, 0, total - 1, t, &b, err,
+                                      sizeof err) == IG_ERR_LIMIT && !b &&
                       strstr(err, "max_entries"), "states cap: %s", err);
-            CHECK(ig_ntd_batch_states(ix, st, 32, 0, total, t, &b, err, sizeof err) == IG_OK &&
+            CHECK(ig_ntd_batch_states(ix, st, 32 * size, 32, 0, total, t, &b, err, sizeof err) == IG_OK &&
                       ig_ntd_batch_entries(b) == total, "states at the cap: %s", err);
             ig_ntd_batch_free(b);
         }
-        CHECK(ig_ntd_batch_states(ix, st, 32, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG, "states negative cap");
+        CHECK(ig_ntd_batch_states(ix, st, 32 * size, 32, 0, -1, 1, &b, err, sizeof err) == IG_ERR_ARG,
+              "states negative cap");
         free(st);
     }
     /* a state extended token by token == the state of the whole context */
@@ -298,14 +327,62 @@ static void test_batches(const ref_corpus *c, ig_index *ix) {
     for (int64_t d = 0; d < c->n_docs; d += 7) {
         const uint32_t *x = c->ids + c->offsets[d];
         int64_t len = c->offsets[d + 1] - c->offsets[d];
-        ig_state_init(ix, x, 0, st, err, sizeof err);
-        for (int64_t i = 1; i <= len; i++) CHECK(ig_state_extend(ix, st, x, i, st, err, sizeof err) == IG_OK, "%s", err);
-        ig_state_init(ix, x, len, whole, err, sizeof err);
+        ig_state_init(ix, x, 0, st, ig_state_size(ix), err, sizeof err);
+        for (int64_t i = 1; i <= len; i++) CHECK(ig_state_extend(ix, st, ig_state_size(ix), x, i, st, err,
+                                                                 sizeof err) == IG_OK, "%s", err);
+        ig_state_init(ix, x, len, whole, ig_state_size(ix), err, sizeof err);
         CHECK(!memcmp(st, whole, (size_t)size * sizeof *st), "extended state differs");
     }
 }
 
 /* ------------------------------------------------------------------ hostile arguments */
+
+/* Every call that takes a state refuses a buffer length other than the index's state size
+   (IG_ERR_ARG, naming the length), before reading the state or writing an output: the length is
+   the caller's buffer, so a short one (another index's state) is never read past its end. */
+static void test_state_lengths(ig_index *ix, const int64_t *st, int64_t size) {
+    uint32_t q[2] = {0, 1}, tok[4];
+    int64_t off[2] = {0, 2}, seq[2] = {0, 1}, o[16], n_out, match, tt[4], tp[4];
+    uint64_t cnt[4], pc[4], total;
+    int64_t sl[4];
+    double pr[4];
+    int source;
+    ig_prob p;
+    ig_ntd_batch *b = NULL;
+    ig_draft_params prm = {4, 1, 0.0, 1, 0.0, 0.0, 0, 0, IG_DRAFT_INFGRAM, -1, -1, -1};
+    int64_t lens[] = {0, 1, size - 1, size + 1, 2 * size, -1, INT64_MAX};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        int64_t len = lens[k];
+#define REFUSED(call, what)                                                                            \
+    CHECK((call) == IG_ERR_ARG && strstr(err, "int64 values given"), "%s refuses state_len %lld: %s", what, \
+          (long long)len, err)
+        for (int i = 0; i < 16; i++) o[i] = -7;
+        REFUSED(ig_state_init(ix, q, 2, o, len, err, sizeof err), "state_init");
+        CHECK(o[0] == -7 && o[1] == -7, "state_init wrote with state_len %lld", (long long)len);
+        REFUSED(ig_state_extend(ix, st, len, q, 2, o, err, sizeof err), "state_extend");
+        REFUSED(ig_state_prob(ix, st, len, 1, &p, err, sizeof err), "state_prob");
+        REFUSED(ig_draft_chain(ix, st, len, 4, 1, 0, 0, -1, tok, cnt, pc, &n_out, err, sizeof err), "draft_chain");
+        REFUSED(ig_draft_children(ix, st, len, 2, tok, cnt, o, &total, &n_out, err, sizeof err), "draft_children");
+        REFUSED(ig_draft_advance(ix, st, len, q, 2, 1, o, err, sizeof err), "draft_advance");
+        REFUSED(ig_draft_tree(ix, st, len, 4, 2, 2, 0.0, -1, tt, tp, pr, &n_out, err, sizeof err), "draft_tree");
+        REFUSED(ig_draft_step(ix, o, len, seq, 2, 1, &prm, 4, tt, cnt, pc, &n_out, &match, &source, err, sizeof err),
+                "draft_step");
+        if (len > INT64_MAX / 2) continue; /* (the batch lengths below are 1 state's) */
+        REFUSED(ig_state_extend_batch(ix, st, len, q, 2, off, 1, o, 1, err, sizeof err), "state_extend_batch");
+        REFUSED(ig_state_prob_batch(ix, st, len, 1, q, cnt, pc, sl, NULL, 1, err, sizeof err), "state_prob_batch");
+        REFUSED(ig_ntd_batch_states(ix, st, len, 1, 0, 0, 1, &b, err, sizeof err), "ntd_batch_states");
+        CHECK(!b, "ntd_batch_states made a batch");
+#undef REFUSED
+    }
+    /* n states need exactly n * size values; none need none */
+    CHECK(ig_state_prob_batch(ix, st, size, 0, q, cnt, pc, sl, NULL, 1, err, sizeof err) == IG_ERR_ARG,
+          "0 states in a state's values");
+    CHECK(ig_ntd_batch_states(ix, st, size, INT64_MAX / 2, 0, 0, 1, &b, err, sizeof err) == IG_ERR_ARG && !b,
+          "n * size overflows");
+    /* ix == NULL: prompt lookup only, the state (and its length) ignored */
+    CHECK(ig_draft_step(NULL, NULL, 0, seq, 2, 1, &prm, 4, tt, cnt, pc, &n_out, &match, &source, err, sizeof err) ==
+              IG_OK, "draft_step without an index: %s", err);
+}
 
 static void test_arguments(const ref_corpus *c, ig_index *ix) {
     uint32_t q[4] = {0, 1, c->vocab, c->sep};
@@ -334,16 +411,18 @@ static void test_arguments(const ref_corpus *c, ig_index *ix) {
     /* forged decoding states (fuzz/regressions/query/ubsan-forged-state-suffix-len) */
     int64_t size = ig_state_size(ix), st[8], o[8];
     ig_prob p;
-    ig_state_init(ix, q, 2, st, err, sizeof err);
+    ig_state_init(ix, q, 2, st, ig_state_size(ix), err, sizeof err);
     int64_t forged[][2] = {{0, INT64_MAX}, {0, -1}, {0, IG_MAX_SHARD_TOKENS + 1}, {1, -1}, {1, INT64_MAX},
                            {2, -1}, {3, INT64_MAX}, {2, INT64_MIN}};
     for (size_t k = 0; k < sizeof forged / sizeof *forged; k++) {
         memcpy(o, st, (size_t)size * sizeof *st);
         o[forged[k][0]] = forged[k][1];
-        CHECK(ig_state_prob(ix, o, 0, &p, err, sizeof err) == IG_ERR_ARG, "forged state %zu", k);
-        CHECK(ig_state_extend(ix, o, q, 2, o, err, sizeof err) == IG_ERR_ARG, "forged state extend %zu", k);
+        CHECK(ig_state_prob(ix, o, ig_state_size(ix), 0, &p, err, sizeof err) == IG_ERR_ARG, "forged state %zu", k);
+        CHECK(ig_state_extend(ix, o, ig_state_size(ix), q, 2, o, err, sizeof err) == IG_ERR_ARG,
+              "forged state extend %zu", k);
     }
-    CHECK(ig_state_extend(ix, st, q, 0, o, err, sizeof err) == IG_ERR_ARG, "extend with no token");
+    CHECK(ig_state_extend(ix, st, ig_state_size(ix), q, 0, o, err, sizeof err) == IG_ERR_ARG, "extend with no token");
+    test_state_lengths(ix, st, size);
     /* document search: forged offsets and distances (fuzz/regressions/query/ubsan-term-offset-overflow,
        ubsan-max-diff-tokens-overflow) */
     uint32_t ids[3] = {0, 1, 0};
@@ -545,16 +624,17 @@ static void test_repetitive(void) {
             CHECK(sl[i] == ref_naive_suffix(&c, q[j], i, i), "repetitive naive suffix");
         /* decoding states: one token a call, and 1..64 tokens a call */
         int64_t st[6], one[6], many[6], want[6];
-        ig_state_init(ix, q[j], 0, st, err, sizeof err);
+        ig_state_init(ix, q[j], 0, st, ig_state_size(ix), err, sizeof err);
         memcpy(many, st, sizeof st);
         int64_t done = 0;
         for (int64_t i = 1; i <= QN; i++) {
-            CHECK(ig_state_extend(ix, st, q[j], i, one, err, sizeof err) == IG_OK, "%s", err);
+            CHECK(ig_state_extend(ix, st, ig_state_size(ix), q[j], i, one, err, sizeof err) == IG_OK, "%s", err);
             memcpy(st, one, sizeof st);
             if (i % 64 == (j * 13) % 64 || i == QN) {
-                CHECK(ig_draft_advance(ix, many, q[j], i, i - done, many, err, sizeof err) == IG_OK, "%s", err);
+                CHECK(ig_draft_advance(ix, many, ig_state_size(ix), q[j], i, i - done, many, err, sizeof err) == IG_OK,
+                      "%s", err);
                 done = i;
-                ig_state_init(ix, q[j], i, want, err, sizeof err);
+                ig_state_init(ix, q[j], i, want, ig_state_size(ix), err, sizeof err);
                 CHECK(!memcmp(many, want, sizeof want) && !memcmp(st, want, sizeof want),
                       "repetitive states query %d at %lld", j, (long long)i);
             }

@@ -46,4 +46,4 @@ def assert_same_answers(got: Any, want: Any, qs: Sequence[Sequence[int]], tokens
             assert np.array_equal(getattr(a, field), getattr(b, field)), ("score", field, q)
     for d in docs:
         a, b = got.get_doc(d), want.get_doc(d)
-        assert np.array_equal(a.token_ids, b.token_ids) and a.metadata == b.metadata, d
+        assert np.array_equal(a.token_ids, b.token_ids) and a.metadata == b.metadata and a.text == b.text, d

@@ -137,6 +137,16 @@ def test_router_over_local_shard_groups_answers_as_the_index(scratch_dir):
             r.count([VOCAB + 5])  # (a group's own error, as it was raised)
 
 
+def test_router_documents_are_decoded_as_the_index_decodes_them(scratch_dir):
+    texts = [f"document {i}: " + "abc " * (i % 5) for i in range(30)]
+    a = single_build(texts, _out(scratch_dir), max_shard_tokens=200, progress=False)  # byte-level
+    with a, ShardRouter.start(a.paths[0], groups=[[0], list(range(1, a.num_shards))], num_cpus=0.1) as r:
+        assert a.num_shards > 1
+        for d in range(0, a.num_docs, 3):
+            assert r.get_doc(d).text == a.get_doc(d).text == texts[d]  # (the router's had no text)
+            assert r.get_doc(d, decode=False).text is None
+
+
 from infinigram_hf.distributed import ShardGroup  # noqa: E402
 
 

@@ -15,27 +15,12 @@ import pytest
 import torch
 
 from conftest import make_index
-from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
+from hf_tiny import TEXTS, model, one_thread, tiny_index, tiny_tok  # noqa: F401
 from infinigram_hf.hf.assisted import InfiniGramCandidateGenerator, hf_assisted_generate
 from infinigram_hf.lm.drafter import Draft, DraftTree, InfiniGramDrafter
 from infinigram_hf.index.states import init_state
 from infinigram_hf.speculative import generate as spec_generate
 from infinigram_hf import speculative_generate
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared CPU every multi-threaded op waits
-    for a descheduled thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def model(tiny_tok):
-    return make_model(len(tiny_tok) + 12, seed=3).double()
 
 
 def _prompts(tok, n, seed=0, lo=5, hi=120):

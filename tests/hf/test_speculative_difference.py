@@ -8,25 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from hf_tiny import TEXTS, make_model, tiny_tok  # noqa: F401
+from hf_tiny import TEXTS, model, one_thread, tiny_tok  # noqa: F401
 from infinigram_hf import speculative_generate
 from infinigram_hf.build import build_index
 from infinigram_hf.hf.assisted import hf_assisted_generate
 from infinigram_hf.lm.drafter import InfiniGramDrafter
 from infinigram_hf.speculative import generate as spec_generate
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def model(tiny_tok):
-    return make_model(len(tiny_tok) + 12, seed=3).double()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
+from hf_tiny import TEXTS, model, tiny_index, tiny_tok  # noqa: F401
 from infinigram_hf import speculative_generate
 from infinigram_hf.candidate import hf_assisted_generate
 from infinigram_hf.lm.drafter import Draft, InfiniGramDrafter
@@ -36,11 +36,6 @@ class Oracle(InfiniGramDrafter):
     def draft_row(self, row, max_tokens=None):
         n = len(row.ids)
         return Draft(self.ref[n:n + self._limit(max_tokens)].astype(np.int64), "lookup", 1)
-
-
-@pytest.fixture(scope="module")
-def model(tiny_tok):
-    return make_model(len(tiny_tok) + 12, seed=3).double()
 
 
 @pytest.fixture(scope="module")

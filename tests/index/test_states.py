@@ -111,6 +111,10 @@ def test_state_errors(tmp_path) -> None:
         states_ntd(ix, [DecodingState(bad)])
     with pytest.raises(ValueError, match="states"):
         states_ntd(ix, np.zeros((2, 3), dtype=np.int64))
+    # a short state (another index's) is refused by the C call, which takes the state's length
+    # with its pointer (it read past the array's end before)
+    with pytest.raises(ValueError, match="2 int64 values given; the call needs 4"):
+        extend_state(ix, DecodingState(s.values[:2].copy()), [1, 2, 3])
     with pytest.raises(ValueError):
         SuffixCache(ix, max_states=0)
     cache = ix.suffix_cache()

@@ -154,6 +154,11 @@ def test_refusals(tmp_path):
     plain_state = init_state(full, [1, 2]).values  # a state of the full index has too few values
     with pytest.raises(ValueError):
         d.children(plain_state, 2)
+    # the right shape but int32: half the bytes a state needs, refused by the C step itself (it
+    # takes the buffer's length in int64 values; the step advances the caller's array in place)
+    narrow = diff.init_state([1, 2]).values.astype(np.int32)
+    with pytest.raises(ValueError, match="int64 values given.*states of this difference"):
+        d.step_call(np.array([1, 2], dtype=np.int64), narrow, 0, 3, (-1, -1))
     # a removed index that is not a subset, past the cheap checks: a negative net count is an error
     sneaky = make_index([[2, 1]], tmp_path, vocab_size=6)
     bad = InfiniGramDrafter(full.difference(sneaky), min_match=1, prompt_lookup=False)

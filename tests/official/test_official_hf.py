@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_tiny import TEXTS, make_model, tiny_index, tiny_tok  # noqa: F401
+from hf_tiny import TEXTS, model, tiny_index, tiny_tok  # noqa: F401
 from infinigram_hf import InfiniGramIndex, InfiniGramLogitsProcessor, perplexity, speculative_generate
 from infinigram_hf.build.convert import ours_to_official
 from infinigram_hf.lm.drafter import InfiniGramDrafter
@@ -20,11 +20,6 @@ def official_index(tiny_index, tiny_tok, tmp_path_factory):
     index = InfiniGramIndex.open(path, tokenizer=tiny_tok)
     yield index
     index.close()
-
-
-@pytest.fixture(scope="module")
-def model(tiny_tok):
-    return make_model(len(tiny_tok) + 12, seed=3).double()
 
 
 def prompts(tok, n: int = 3, seed: int = 0) -> list[list[int]]:
