@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Query latency from 10M to 1B tokens, every query type, warm and cold, one shard vs four (issue 19).
+
+    .venv-test/bin/python eval/growth_corpus.py build        # the indexes (see that file)
+    .venv-test/bin/python eval/bench_growth.py measure       # -> eval/results/query_growth_1b.json + plot
+    .venv-test/bin/python eval/bench_growth.py plot          # the plot again from the json
+
+Indexes (eval/growth_corpus.py): Linux prefixes of 10M, 50M and 200M tokens, and a 1B-token
+corpus (real Linux + stdlib, then a vocabulary-permuted copy of Linux); 200M and 1B also as four
+shards of equal size, the same tokens: the difference is the cost of fanning a query out over
+shards inside one process. Queries come from the held-out last Linux documents (no index holds
+them), the same workload at every size (seeded):
+
+  count         1-10-gram                      prob       P(last token | the rest of a 1-10-gram)
+  ntd           exact ntd after a 0-9-token prompt (the same n-grams less their last token)
+  infgram_prob  100-500-token prompt, its true next token
+  infgram_ntd   exact, the same prompts        search_docs  documents holding both halves of a
+                                                            2-10-gram (a CNF of two clauses), maxnum=1
+  dense_score   `score` of a 100-token sequence, time per token
+  count_batch   one `count_batch` call of all count queries, time per query
+  infgram_prob_batch  one `infgram_prob_batch` call of all prompts, time per prompt
+
+Warm: every query runs once untimed, then --rounds timed passes; a query's latency is its median
+over rounds (CPU time of the process, all threads, and wall clock; pinned to CPU 1 like
+bench_queries.py): the shared machine's other jobs inflate wall time, not CPU time.
+Cold: before every query each file of the index is evicted from the page cache (bench_cold.py's
+evict: madvise(MADV_DONTNEED) on our mappings, then posix_fadvise(DONTNEED)); wall time, major
+faults and bytes read per query. Only one index is open at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import growth_corpus  # noqa: E402
+from bench_cold import cold_call, evict, files_under, resident_pages, stats  # noqa: E402
+from bench_queries import interleaved, make_workload, summarize  # noqa: E402
+
+from infinigram_hf import InfiniGramIndex  # noqa: E402
+
+RESULTS = HERE / "results" / "query_growth_1b.json"
+PLOT = HERE / "plots" / "query_growth_1b.png"
+KINDS = ("count", "prob", "ntd", "infgram_prob", "infgram_ntd", "search_docs", "dense_score", "count_batch",
+         "infgram_prob_batch")
+BATCH = {"count_batch", "infgram_prob_batch"}
+DENSE_LEN = 100
+
+
+def log(msg: str) -> None:
+    print(f"[bench_growth {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def workload(n: int, seed: int) -> Dict[str, Any]:
+    tokens, offsets, n_docs = growth_corpus.linux_parts()
+    held = np.arange(n_docs, len(offsets) - 1)
+    w = make_workload(tokens, offsets, n, 0, seed, docs=held)
+    w["short"] = [(q[:-1], q[-1]) for q in w["count"]]
+    w["long"] = list(zip(w["prompts"], w["conts"]))
+    w["cnf"] = [[[q[:len(q) // 2]], [q[len(q) // 2:]]] for q in w["count"] if len(q) >= 2]
+    rng = np.random.default_rng(seed + 1)
+    lens = np.diff(offsets)
+    docs = rng.choice(held[lens[held] > DENSE_LEN + 1], size=max(1, n // 10), replace=False)
+    w["dense"] = [[int(t) for t in tokens[offsets[d]:offsets[d] + DENSE_LEN]] for d in docs]
+    return w
+
+
+def single_kinds(ix: InfiniGramIndex, w: Dict[str, Any]) -> Dict[str, Tuple[list, Callable[[Any], Any]]]:
+    """kind -> (queries, fn(query)) for the one-call-per-query kinds."""
+    return {
+        "count": (w["count"], ix.count),
+        "prob": (w["short"], lambda pc: ix.ngram_prob(pc[0], pc[1])),
+        "ntd": ([p for p, _ in w["short"]], ix.ngram_ntd),
+        "infgram_prob": (w["long"], lambda pc: ix.infgram_prob(pc[0], pc[1])),
+        "infgram_ntd": (w["prompts"], ix.infgram_ntd),
+        "search_docs": (w["cnf"], lambda q: ix.search_docs(q, maxnum=1)),
+        "dense_score": (w["dense"], ix.score),
+    }
+
+
+def batch_kinds(ix: InfiniGramIndex, w: Dict[str, Any]) -> Dict[str, Tuple[int, Callable[[], Any]]]:
+    """kind -> (items, fn()) for the one-call-for-all kinds (n_threads=1: one CPU, like the rest)."""
+    return {
+        "count_batch": (len(w["count"]), lambda: ix.count_batch(w["count"], n_threads=1)),
+        "infgram_prob_batch": (len(w["prompts"]),
+                               lambda: ix.infgram_prob_batch(w["prompts"], w["conts"], n_threads=1)),
+    }
+
+
+def per_item(summary: Dict[str, float], k: int) -> Dict[str, float]:
+    return {key: (round(v / k, 3) if key.endswith("_us") else v) for key, v in summary.items()}
+
+
+def measure_warm(ix: InfiniGramIndex, w: Dict[str, Any], rounds: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for kind, (qs, fn) in single_kinds(ix, w).items():
+        t = interleaved(qs, {"q": fn}, rounds)
+        k = DENSE_LEN if kind == "dense_score" else 1  # dense: per token
+        out[kind] = {"wall": per_item(summarize(t["q"]), k), "cpu": per_item(summarize(t["q_cpu"]), k)}
+        log(f"  warm {kind}: cpu median {out[kind]['cpu']['median_us']} us")
+    for kind, (n, fn) in batch_kinds(ix, w).items():
+        fn()
+        wall, cpu = [], []
+        for _ in range(rounds):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn()
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        out[kind] = {"wall": {"median_us": round(float(np.median(wall)) * 1e6 / n, 3)},
+                     "cpu": {"median_us": round(float(np.median(cpu)) * 1e6 / n, 3)}, "items": n}
+        log(f"  warm {kind}: cpu {out[kind]['cpu']['median_us']} us per item")
+    return out
+
+
+def measure_cold(ix: InfiniGramIndex, w: Dict[str, Any], paths: List[str], n: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for kind, (qs, fn) in single_kinds(ix, w).items():
+        qs = qs[:n // 4] if kind == "dense_score" else qs[:n]  # (a dense query is 100 searches)
+        rows = np.array([cold_call(lambda: fn(q), paths) for q in qs])
+        if kind == "dense_score":
+            rows[:, 0] /= DENSE_LEN  # per token; faults and bytes stay per sequence
+        out[kind] = stats(rows)
+        log(f"  cold {kind}: p50 {out[kind]['p50_ms']} ms, {out[kind]['read_kib_p50']} KiB")
+    for kind, (items, fn) in batch_kinds(ix, w).items():
+        rows = np.array([cold_call(fn, paths) for _ in range(3)])
+        out[kind] = {"per_item_ms": round(float(np.median(rows[:, 0])) * 1e3 / items, 4),
+                     "call_ms": round(float(np.median(rows[:, 0])) * 1e3, 2),
+                     "read_kib_per_item": round(float(np.median(rows[:, 2])) / 1024 / items, 1), "items": items}
+        log(f"  cold {kind}: {out[kind]['per_item_ms']} ms per item")
+    evict(paths)
+    out["resident_after_evict_pages"] = resident_pages(paths)
+    return out
+
+
+def measure(a: argparse.Namespace) -> Dict[str, Any]:
+    w = workload(a.queries, a.seed)
+    builds = json.loads(growth_corpus.BUILD_RESULTS.read_text()) if growth_corpus.BUILD_RESULTS.exists() else {}
+    res = json.loads(RESULTS.read_text()) if RESULTS.exists() and a.only else {"points": []}
+    res.update(date=time.strftime("%Y-%m-%d %H:%M"), queries=a.queries, cold_queries=a.cold_queries,
+               rounds=a.rounds, pinned_cpu=None if a.no_pin else 1,
+               command=" ".join(["eval/bench_growth.py"] + sys.argv[1:]))
+    for label in (a.only.split(",") if a.only else growth_corpus.INDEXES):
+        d = growth_corpus.index_dir(label)
+        if not (d / "meta.json").exists():
+            log(f"{label}: not built, skipped")
+            continue
+        ix = InfiniGramIndex.open(d)
+        log(f"{label}: {ix.num_tokens:,} tokens, {ix.num_shards} shard(s)")
+        point: Dict[str, Any] = {"index": label, "tokens": ix.num_tokens, "shards": ix.num_shards,
+                                 "disk_bytes": ix.disk_bytes(), "build": builds.get(label),
+                                 "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+        # the answers, to check that one shard and several give the same (same tokens)
+        point["counts"] = [int(c) for c in ix.count_batch(w["count"])]
+        r = ix.infgram_prob_batch(w["prompts"], w["conts"])
+        point["infgram_probs"] = [[int(x) for x in row] for row in zip(r.counts, r.prompt_counts, r.suffix_len)]
+        point["warm"] = measure_warm(ix, w, a.rounds)
+        point["cold"] = measure_cold(ix, w, files_under(d), a.cold_queries)
+        point["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        res["points"] = [p for p in res["points"] if p["index"] != label] + [point]
+        res["points"].sort(key=lambda p: (p["tokens"], p["shards"]))
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
+        ix.close()
+        gc.collect()
+    return res
+
+
+# --------------------------------------------------------------------------- plot and table
+
+LABELS = {"count": "count (1-10-gram)", "prob": "prob (n-gram)", "ntd": "ntd exact (0-9-token prompt)",
+          "infgram_prob": "infgram_prob (100-500-token prompt)", "infgram_ntd": "infgram_ntd exact (same prompts)",
+          "search_docs": "search_docs (AND of 2 clauses)", "dense_score": "dense score (per token)",
+          "count_batch": "count_batch (per query)", "infgram_prob_batch": "infgram_prob_batch (per prompt)"}
+
+
+def warm_us(p: Dict[str, Any], kind: str) -> float:
+    return p["warm"][kind]["cpu"]["median_us"]
+
+
+def cold_us(p: Dict[str, Any], kind: str) -> float:
+    c = p["cold"][kind]
+    return c["per_item_ms"] * 1e3 if kind in BATCH else c["p50_ms"] * 1e3
+
+
+def plot(res: Dict[str, Any]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    one = [p for p in res["points"] if p["shards"] == 1]
+    many = [p for p in res["points"] if p["shards"] > 1]
+    if not one:
+        return
+    fig, axes = plt.subplots(3, 3, figsize=(13, 11), sharex=True)
+    xs = np.array([p["tokens"] for p in one], dtype=float)
+    ref_x = np.geomspace(xs.min(), xs.max(), 50)
+    for ax, kind in zip(axes.flat, KINDS):
+        for getter, color, name in ((warm_us, "C0", "warm (CPU time)"), (cold_us, "C3", "cold (wall, evicted)")):
+            ys = [getter(p, kind) for p in one]
+            ax.plot(xs, ys, "o-", color=color, label=f"{name}, 1 shard")
+            ax.plot(ref_x, ys[0] * np.log2(ref_x) / np.log2(xs[0]), ":", color=color, alpha=0.6,
+                    label="∝ log N from the first point")
+            if many:
+                ax.plot([p["tokens"] for p in many], [getter(p, kind) for p in many], "D", mfc="none", ms=9,
+                        color=color, label=f"{name}, {many[0]['shards']} shards")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(LABELS[kind], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_ylabel("µs (median over queries)", fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("corpus tokens")
+    axes.flat[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"∞-gram query latency, 10M to 1B tokens, warm and cold, 1 vs {many[0]['shards'] if many else '-'} "
+                 f"shards (1 CPU; {res.get('date', '')})", fontsize=11)
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+    log(f"wrote {PLOT}")
+
+
+def same_answers(res: Dict[str, Any]) -> Dict[str, bool]:
+    """Per corpus size with several shard counts: whether every index gave the same answers."""
+    out = {}
+    for tokens in sorted({p["tokens"] for p in res["points"]}):
+        ps = [p for p in res["points"] if p["tokens"] == tokens]
+        if len(ps) > 1:
+            out[f"{tokens:,} tokens, shards {[p['shards'] for p in ps]}"] = all(
+                p["counts"] == ps[0]["counts"] and p["infgram_probs"] == ps[0]["infgram_probs"] for p in ps)
+    return out
+
+
+def markdown(res: Dict[str, Any]) -> str:
+    pts = res["points"]
+    head = "| query | " + " | ".join(f"{p['tokens'] / 1e6:,.0f}M ×{p['shards']}" for p in pts) + " |"
+    lines = ["Warm, CPU-time median µs per query (wall-clock median in brackets):", "", head,
+             "|---|" + "---:|" * len(pts)]
+    for kind in KINDS:
+        lines.append(f"| {kind} | " + " | ".join(f"{warm_us(p, kind):,.2f} ({p['warm'][kind]['wall']['median_us']:,.1f})"
+                                                 for p in pts) + " |")
+    lines += ["", "Cold (index evicted before every query), wall-clock ms p50 / p99, and KiB read at p50 "
+              "(batch kinds: ms per item of one cold call):", "", head, "|---|" + "---:|" * len(pts)]
+    for kind in KINDS:
+        cells = []
+        for p in pts:
+            c = p["cold"][kind]
+            cells.append(f"{c['per_item_ms']:.3f} ({c['read_kib_per_item']} KiB)" if kind in BATCH
+                         else f"{c['p50_ms']:.2f} / {c['p99_ms']:.1f} ({c['read_kib_p50']:.0f} KiB)")
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += ["", f"Counts and ∞-gram answers (count, prompt count, suffix length) identical across shard counts: {same_answers(res)}"]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["measure", "plot"])
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--cold-queries", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma list of index labels (others kept from the json)")
+    ap.add_argument("--no-pin", action="store_true")
+    a = ap.parse_args()
+    if a.mode == "measure" and not a.no_pin and shutil.which("taskset") and not os.environ.get("_BENCH_PINNED"):
+        os.environ["_BENCH_PINNED"] = "1"
+        os.execvp("taskset", ["taskset", "-c", "1", sys.executable, __file__] + sys.argv[1:])
+    res = measure(a) if a.mode == "measure" else json.loads(RESULTS.read_text())
+    plot(res)
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
