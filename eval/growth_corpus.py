@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The indexes of the 1B-token growth benchmark (issue 19): Linux prefixes of 10M to 200M tokens
-and a 1B-token corpus, each with one shard and with several, built by the package's own
-`build_index` (progress bar, sharding by memory budget / max_shard_tokens).
+"""The indexes of the 1B-token growth benchmark (issue 19): Linux prefixes of 10M to 200M tokens,
+all the real text (498M tokens) and a 1B-token corpus; 200M and 1B also as four shards. Built by
+the package's own `build_index` (progress bar, sharding by memory budget / max_shard_tokens).
 
     .venv-test/bin/python eval/growth_corpus.py build                 # all of them
     .venv-test/bin/python eval/growth_corpus.py build --only 1b-s1    # one
@@ -51,6 +51,7 @@ INDEXES: Dict[str, Tuple[int, int]] = {
     "50m-s1": (50 * 10**6, 1),
     "200m-s1": (200 * 10**6, 1),
     "200m-s4": (200 * 10**6, 4),
+    "498m-s1": (497_697_404, 1),  # all the real text: Linux (less the held-out documents) + stdlib
     "1b-s1": (10**9, 1),
     "1b-s4": (10**9, 4),
 }
