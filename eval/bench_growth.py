@@ -149,7 +149,7 @@ def measure_cold(ix: InfiniGramIndex, w: Dict[str, Any], paths: List[str], n: in
 def measure(a: argparse.Namespace) -> Dict[str, Any]:
     w = workload(a.queries, a.seed)
     builds = json.loads(growth_corpus.BUILD_RESULTS.read_text()) if growth_corpus.BUILD_RESULTS.exists() else {}
-    res = json.loads(RESULTS.read_text()) if RESULTS.exists() and a.only else {"points": []}
+    res = json.loads(a.out.read_text()) if a.out.exists() and a.only else {"points": []}
     res.update(date=time.strftime("%Y-%m-%d %H:%M"), queries=a.queries, cold_queries=a.cold_queries,
                rounds=a.rounds, pinned_cpu=None if a.no_pin else 1,
                command=" ".join(["eval/bench_growth.py"] + sys.argv[1:]))
@@ -172,11 +172,35 @@ def measure(a: argparse.Namespace) -> Dict[str, Any]:
         point["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         res["points"] = [p for p in res["points"] if p["index"] != label] + [point]
         res["points"].sort(key=lambda p: (p["tokens"], p["shards"]))
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(res, indent=1) + "\n")
         ix.close()
         gc.collect()
     return res
+
+
+def median_of(values: List[Any]) -> Any:
+    """Leaf by leaf: the median of numbers, dicts merged key by key, anything else from the first."""
+    if all(isinstance(v, dict) for v in values):
+        return {k: median_of([v[k] for v in values if k in v]) for k in values[0]}
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return values[0] if len(set(values)) == 1 else round(float(np.median(values)), 4)
+    return values[0]
+
+
+def combine(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Several runs of `measure` -> one result whose every figure is the median over runs
+    (answers and the run's details from the first run; dates and loads of every run kept)."""
+    out = {k: v for k, v in runs[0].items() if k != "points"}
+    out["dates"] = [r["date"] for r in runs]
+    labels = [p["index"] for p in runs[0]["points"]]
+    out["points"] = []
+    for label in labels:
+        pts = [p for r in runs for p in r["points"] if p["index"] == label]
+        point = median_of(pts)
+        point["loadavg_per_run"] = [p["loadavg_start"] + p["loadavg_end"] for p in pts]
+        out["points"].append(point)
+    return out
 
 
 # --------------------------------------------------------------------------- plot and table
@@ -204,18 +228,19 @@ def plot(res: Dict[str, Any]) -> None:
     many = [p for p in res["points"] if p["shards"] > 1]
     if not one:
         return
-    fig, axes = plt.subplots(3, 3, figsize=(13, 11), sharex=True)
+    fig, axes = plt.subplots(3, 3, figsize=(13, 11.5), sharex=True)
     xs = np.array([p["tokens"] for p in one], dtype=float)
     ref_x = np.geomspace(xs.min(), xs.max(), 50)
     for ax, kind in zip(axes.flat, KINDS):
-        for getter, color, name in ((warm_us, "C0", "warm (CPU time)"), (cold_us, "C3", "cold (wall, evicted)")):
-            ys = [getter(p, kind) for p in one]
+        for getter, color, name in ((warm_us, "C0", "warm (CPU time)"), (cold_us, "C3", "cold (wall clock, evicted)")):
+            ys = np.array([getter(p, kind) for p in one])
             ax.plot(xs, ys, "o-", color=color, label=f"{name}, 1 shard")
-            ax.plot(ref_x, ys[0] * np.log2(ref_x) / np.log2(xs[0]), ":", color=color, alpha=0.6,
-                    label="∝ log N from the first point")
+            # c * log2(N), c fitted to the 1-shard points (least squares in log space)
+            c = float(np.exp(np.mean(np.log(ys) - np.log(np.log2(xs)))))
+            ax.plot(ref_x, c * np.log2(ref_x), ":", color=color, alpha=0.7, label=f"{name}: c·log N, fitted")
             if many:
                 ax.plot([p["tokens"] for p in many], [getter(p, kind) for p in many], "D", mfc="none", ms=9,
-                        color=color, label=f"{name}, {many[0]['shards']} shards")
+                        color=color, label=f"{name}, {many[0]['shards']} shards (same tokens)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(LABELS[kind], fontsize=9)
@@ -223,10 +248,11 @@ def plot(res: Dict[str, Any]) -> None:
         ax.set_ylabel("µs (median over queries)", fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("corpus tokens (up to 498M real; 1B: + a vocabulary-permuted copy)", fontsize=8)
-    axes.flat[0].legend(fontsize=7, loc="upper left")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(f"∞-gram query latency, 10M to 1B tokens, warm and cold, 1 vs {many[0]['shards'] if many else '-'} "
-                 f"shards (1 CPU; {res.get('date', '')})", fontsize=11)
-    fig.tight_layout()
+                 f"shards (1 CPU; {', '.join(res.get('dates', [res.get('date', '')]))})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(PLOT, dpi=110)
     log(f"wrote {PLOT}")
@@ -241,6 +267,24 @@ def same_answers(res: Dict[str, Any]) -> Dict[str, bool]:
             out[f"{tokens:,} tokens, shards {[p['shards'] for p in ps]}"] = all(
                 p["counts"] == ps[0]["counts"] and p["infgram_probs"] == ps[0]["infgram_probs"] for p in ps)
     return out
+
+
+def growth_summary(res: Dict[str, Any]) -> str:
+    """Per kind: latency ratios over the size range (against log N's) and of 4 shards over 1."""
+    by = {(p["tokens"], p["shards"]): p for p in res["points"]}
+    one = sorted(p["tokens"] for p in res["points"] if p["shards"] == 1)
+    lo, lo_cold, hi = one[0], one[1], one[-1]  # cold from the 2nd size: see RESULTS.md (small files)
+    many = max(p["shards"] for p in res["points"])
+    logr = lambda a, b: np.log2(b) / np.log2(a)  # noqa: E731
+    lines = [f"| query | warm {hi / lo:,.0f}x tokens (log N: {logr(lo, hi):.2f}x) | cold {hi / lo_cold:,.0f}x tokens "
+             f"(log N: {logr(lo_cold, hi):.2f}x) | warm {many} shards / 1 at {hi / 1e6:,.0f}M | cold {many} / 1 |",
+             "|---|---:|---:|---:|---:|"]
+    for kind in KINDS:
+        w1, wm = warm_us(by[(hi, 1)], kind), warm_us(by[(hi, many)], kind)
+        c1, cm = cold_us(by[(hi, 1)], kind), cold_us(by[(hi, many)], kind)
+        lines.append(f"| {kind} | {w1 / warm_us(by[(lo, 1)], kind):.2f}x | {c1 / cold_us(by[(lo_cold, 1)], kind):.2f}x | "
+                     f"{wm / w1:.2f}x (+{wm - w1:,.1f} µs) | {cm / c1:.2f}x (+{(cm - c1) / 1e3:,.1f} ms) |")
+    return "\n".join(lines)
 
 
 def markdown(res: Dict[str, Any]) -> str:
@@ -260,13 +304,16 @@ def markdown(res: Dict[str, Any]) -> str:
             cells.append(f"{c['per_item_ms']:.3f} ({c['read_kib_per_item']} KiB)" if kind in BATCH
                          else f"{c['p50_ms']:.2f} / {c['p99_ms']:.1f} ({c['read_kib_p50']:.0f} KiB)")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += ["", growth_summary(res)]
     lines += ["", f"Counts and ∞-gram answers (count, prompt count, suffix length) identical across shard counts: {same_answers(res)}"]
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["measure", "plot"])
+    ap.add_argument("mode", choices=["measure", "combine", "plot"])
+    ap.add_argument("--out", type=Path, default=RESULTS, help="measure: where the run's json goes")
+    ap.add_argument("--runs", nargs="*", type=Path, default=[], help="combine: the runs' json files")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--cold-queries", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
@@ -277,7 +324,14 @@ def main() -> None:
     if a.mode == "measure" and not a.no_pin and shutil.which("taskset") and not os.environ.get("_BENCH_PINNED"):
         os.environ["_BENCH_PINNED"] = "1"
         os.execvp("taskset", ["taskset", "-c", "1", sys.executable, __file__] + sys.argv[1:])
-    res = measure(a) if a.mode == "measure" else json.loads(RESULTS.read_text())
+    if a.mode == "measure":
+        res = measure(a)
+    elif a.mode == "combine":
+        res = combine([json.loads(p.read_text()) for p in a.runs])
+        res["runs"] = [str(p.relative_to(HERE.parent)) for p in a.runs]
+        RESULTS.write_text(json.dumps(res, indent=1) + "\n")
+    else:
+        res = json.loads(RESULTS.read_text())
     plot(res)
     print(markdown(res))
 
