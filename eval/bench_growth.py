@@ -269,6 +269,11 @@ def same_answers(res: Dict[str, Any]) -> Dict[str, bool]:
     return out
 
 
+def cold_kib(p: Dict[str, Any], kind: str) -> float:
+    c = p["cold"][kind]
+    return c["read_kib_per_item"] if kind in BATCH else c["read_kib_p50"]
+
+
 def growth_summary(res: Dict[str, Any]) -> str:
     """Per kind: latency ratios over the size range (against log N's) and of 4 shards over 1."""
     by = {(p["tokens"], p["shards"]): p for p in res["points"]}
@@ -277,13 +282,16 @@ def growth_summary(res: Dict[str, Any]) -> str:
     many = max(p["shards"] for p in res["points"])
     logr = lambda a, b: np.log2(b) / np.log2(a)  # noqa: E731
     lines = [f"| query | warm {hi / lo:,.0f}x tokens (log N: {logr(lo, hi):.2f}x) | cold {hi / lo_cold:,.0f}x tokens "
-             f"(log N: {logr(lo_cold, hi):.2f}x) | warm {many} shards / 1 at {hi / 1e6:,.0f}M | cold {many} / 1 |",
-             "|---|---:|---:|---:|---:|"]
+             f"(log N: {logr(lo_cold, hi):.2f}x) | KiB read cold, {lo_cold / 1e6:,.0f}M → {hi / 1e6:,.0f}M | "
+             f"warm {many} shards / 1 at {hi / 1e6:,.0f}M | cold {many} / 1 | KiB read cold, 1 → {many} shards |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for kind in KINDS:
         w1, wm = warm_us(by[(hi, 1)], kind), warm_us(by[(hi, many)], kind)
         c1, cm = cold_us(by[(hi, 1)], kind), cold_us(by[(hi, many)], kind)
         lines.append(f"| {kind} | {w1 / warm_us(by[(lo, 1)], kind):.2f}x | {c1 / cold_us(by[(lo_cold, 1)], kind):.2f}x | "
-                     f"{wm / w1:.2f}x (+{wm - w1:,.1f} µs) | {cm / c1:.2f}x (+{(cm - c1) / 1e3:,.1f} ms) |")
+                     f"{cold_kib(by[(lo_cold, 1)], kind):,.0f} → {cold_kib(by[(hi, 1)], kind):,.0f} | "
+                     f"{wm / w1:.2f}x (+{wm - w1:,.1f} µs) | {cm / c1:.2f}x (+{(cm - c1) / 1e3:,.1f} ms) | "
+                     f"{cold_kib(by[(hi, 1)], kind):,.0f} → {cold_kib(by[(hi, many)], kind):,.0f} |")
     return "\n".join(lines)
 
 
