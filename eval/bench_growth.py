@@ -336,7 +336,7 @@ def main() -> None:
         res = measure(a)
     elif a.mode == "combine":
         res = combine([json.loads(p.read_text()) for p in a.runs])
-        res["runs"] = [str(p.relative_to(HERE.parent)) for p in a.runs]
+        res["runs"] = [str(p.resolve().relative_to(HERE.parent)) for p in a.runs]
         RESULTS.write_text(json.dumps(res, indent=1) + "\n")
     else:
         res = json.loads(RESULTS.read_text())
