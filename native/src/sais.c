@@ -109,15 +109,17 @@ static void hint_hugepages(const void *p, size_t bytes, int populated) {
 #endif
 }
 
-/* With INFINIGRAM_BUILD_TIMING set, each step of each level reports its wall time and the
-   process's CPU time (all threads; on a shared machine the fairer figure) to stderr (profiling
-   builds; `t` holds the step's start, updated). */
+/* With INFINIGRAM_BUILD_TIMING set, each step of each level reports its wall time, the
+   process's CPU time (all threads; on a shared machine the fairer figure) and the calling
+   thread's (with two threads: the step's critical path when the other has a core of its own,
+   as the main thread waits asleep) to stderr (profiling builds; `t` holds the step's start,
+   updated). */
 typedef struct {
     int on, level;
 } sa_timer;
 
 typedef struct {
-    double wall, cpu;
+    double wall, cpu, main; /* main: this (the calling) thread's CPU time */
 } sa_clock;
 
 static double sa_clock_of(clockid_t id) {
@@ -127,15 +129,16 @@ static double sa_clock_of(clockid_t id) {
 }
 
 static sa_clock sa_now(void) {
-    sa_clock c = {sa_clock_of(CLOCK_MONOTONIC), sa_clock_of(CLOCK_PROCESS_CPUTIME_ID)};
+    sa_clock c = {sa_clock_of(CLOCK_MONOTONIC), sa_clock_of(CLOCK_PROCESS_CPUTIME_ID),
+                  sa_clock_of(CLOCK_THREAD_CPUTIME_ID)};
     return c;
 }
 
 static void sa_step(const sa_timer *tm, sa_clock *t, const char *what, int32_t n, int32_t K) {
     if (!tm->on) return;
     sa_clock now = sa_now();
-    fprintf(stderr, "infinigram sais: level %d %-22s %7.3f s wall %7.3f s cpu  (n=%d K=%d)\n", tm->level, what,
-            now.wall - t->wall, now.cpu - t->cpu, n, K);
+    fprintf(stderr, "infinigram sais: level %d %-22s %7.3f s wall %7.3f s cpu %7.3f s main-thread cpu  (n=%d K=%d)\n",
+            tm->level, what, now.wall - t->wall, now.cpu - t->cpu, now.main - t->main, n, K);
     *t = now;
 }
 
@@ -477,15 +480,14 @@ static void helper_stop(helper *h, pthread_t th) {
  * S parts of the buckets by stage 3's placement are cleared after PASS_L3 (the S pass rewrites
  * every S slot before reading it) so that the rule holds there too. Per block:
  *   phase 1: each thread takes half of the block: reads the entries and the symbols they
- *     induce (the random text reads, the bulk of the work) into a cache, and does the block's
- *     own slot updates;
- *   phase 2: each thread reads the whole cache in scan order and places the entries of its
- *     own buckets (main: symbols below `ksplit`, about half of the text; worker: the rest).
+ *     induce (the random text reads, the bulk of the work), does the block's own slot
+ *     updates, and caches the entries that induce something, sorted by the thread that owns
+ *     their bucket (main: symbols below `ksplit`, about half of the text; worker: the rest);
+ *   phase 2: each thread places its own entries of both halves, in scan order.
  * Each bucket is filled by one thread, in scan order, exactly as one thread would fill it: the
  * result does not depend on timing, and no bucket's slots or pointer bounce between the two
  * cores (splitting by halves of the block instead made every write a cache-line transfer).
  * Runs shorter than `pmin` are scanned by the main thread alone. */
-#define PB_NONE 0xFFFFFFFFu /* cache info: the entry induces nothing */
 
 typedef struct {
     const void *T;
@@ -493,8 +495,9 @@ typedef struct {
     int32_t n, K;
     int w, pass;
     uint32_t ksplit;  /* buckets [0, ksplit) are the main thread's in phase 2 */
-    uint64_t *cache;  /* per block slot: v << 32 | info (pred_info, or PB_NONE) */
-    int32_t k0, mid, k1; /* current block in scan order */
+    uint64_t *cache;  /* per block slot: v << 32 | pred_info, sorted by owner per half */
+    int32_t k0, mid, k1; /* current block in scan order: halves [k0, mid), [mid, k1) */
+    int32_t nmain[2], nwork[2]; /* per half: entries main / the worker places */
     int32_t go, ph1, ph2;       /* atomic: blocks released, worker's phase 1 / 2 done */
     int32_t main1;              /* atomic: main's phase 1 done */
     int32_t stop;               /* atomic */
@@ -540,41 +543,61 @@ static void pb_signal(int32_t *flag, int32_t value, int32_t *sleepers) {
 
 SA_INLINE int pb_left(int pass) { return pass == PASS_L1 || pass == PASS_L3; }
 
-/* Phase 1 over scan slots [ka, kb): cache entries and the block's own slot updates. */
-SA_INLINE void pb_phase1(pblock *p, int w, int pass, int32_t ka, int32_t kb) {
+/* Phase 1 over scan slots [ka, kb) (half h of the block): the block's own slot updates, and
+   the entries that induce something into the half's cache region, sorted by owner without a
+   branch: main's (bucket < ksplit) from the front in scan order, the worker's from the back
+   in reverse scan order (each entry is written at both ends; only one end advances). */
+SA_INLINE void pb_phase1(pblock *p, int w, int pass, int h, int32_t ka, int32_t kb) {
     const int left = pb_left(pass);
     const int32_t step = left ? 1 : -1;
     const char *Tb = (const char *)p->T;
+    const uint32_t ksplit = p->ksplit;
     int32_t *SA = p->SA;
-    uint64_t *cache = p->cache - p->k0;
+    uint64_t *out = p->cache + (ka - p->k0);
+    int32_t f = 0, e = kb - ka; /* main's entries out[0, f), the worker's out[e, kb - ka) */
     for (int32_t k = ka, i = left ? ka : p->n - 1 - ka; k < kb; k++, i += step) {
         if (k + PF < kb) {
             int32_t qf = pred_of(A_LOAD(&SA[i + PF * step]), pass);
             SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
         }
         int32_t v = A_LOAD(&SA[i]), q = pred_of(v, pass);
-        cache[k] = (uint64_t)(uint32_t)v << 32 | (q >= 0 ? pred_info(p->T, w, q, pass) : PB_NONE);
+        uint32_t info = q >= 0 ? pred_info(p->T, w, q, pass) : 0;
+        uint64_t x = (uint64_t)(uint32_t)v << 32 | info;
+        int mine = q >= 0 && (info >> 1) < ksplit, theirs = q >= 0 && (info >> 1) >= ksplit;
+        out[f] = x; /* f <= e - 1 here: at most kb - ka entries in all */
+        out[e - 1] = x;
+        f += mine;
+        e -= theirs;
         if (pass == PASS_L1 && v <= 0) A_STORE(&SA[i], -v);                            /* for the S pass */
         else if ((pass == PASS_L1 || pass == PASS_S1) && q >= 0) A_STORE(&SA[i], 0); /* consumed */
         else if (pass == PASS_S3 && q >= 0) A_STORE(&SA[i], ~v);                      /* final */
     }
+    p->nmain[h] = f;
+    p->nwork[h] = kb - ka - e;
 }
 
-/* Phase 2: place the block's entries whose bucket is in [lo, hi), in scan order. */
-SA_INLINE void pb_phase2(pblock *p, int pass, uint32_t lo, uint32_t hi) {
+/* Place one cached entry (it induces into a bucket of this thread). */
+SA_INLINE void pb_place(int32_t *SA, int32_t *B, int pass, int left, uint64_t x) {
+    uint32_t info = (uint32_t)x, c = info >> 1;
+    int32_t q = pred_of((int32_t)(x >> 32), pass), j = left ? B[c]++ : --B[c];
+    int32_t neg = pass == PASS_L1 || pass == PASS_S1 ? -q : ~q;
+    A_STORE(&SA[j], info & 1 ? neg : q);
+}
+
+/* Phase 2: main (worker = 0) places the front lists of both halves in scan order, the worker
+   the back lists (read backwards: scan order). */
+SA_INLINE void pb_phase2(pblock *p, int pass, int worker) {
     const int left = pb_left(pass), big = p->K > BIG_K;
     int32_t *SA = p->SA, *B = p->B;
-    const uint64_t *cache = p->cache - p->k0;
-    for (int32_t k = p->k0; k < p->k1; k++) {
-        if (big && k + PF < p->k1) {
-            uint32_t cf = (uint32_t)cache[k + PF] >> 1;
-            if (cf - lo < hi - lo) SA_PREFETCH_W(B + cf);
+    for (int h = 0; h < 2; h++) {
+        const int32_t len = h ? p->k1 - p->mid : p->mid - p->k0;
+        const uint64_t *base = p->cache + (h ? p->mid - p->k0 : 0);
+        const int32_t m = worker ? p->nwork[h] : p->nmain[h];
+        for (int32_t t = 0; t < m; t++) {
+            const int32_t at = worker ? len - 1 - t : t, ahead = worker ? at - PF : at + PF;
+            if (big && t + PF < m) SA_PREFETCH_W(B + ((uint32_t)base[ahead] >> 1));
+            pb_place(SA, B, pass, left, base[at]);
         }
-        uint32_t info = (uint32_t)cache[k], c = info >> 1;
-        if (info == PB_NONE || c - lo >= hi - lo) continue; /* (unsigned: c outside [lo, hi)) */
-        int32_t j = left ? B[c]++ : --B[c], q = pred_of((int32_t)(cache[k] >> 32), pass);
-        int32_t x = pass == PASS_L1 || pass == PASS_S1 ? (info & 1 ? -q : q) : (info & 1 ? ~q : q);
-        A_STORE(&SA[j], x);
     }
 }
 
@@ -582,10 +605,10 @@ SA_INLINE void pb_worker_loop(pblock *p, int w, int pass) {
     for (int32_t b = 1;; b++) {
         pb_wait(&p->go, b, &p->sleepers); /* (stop also raises go) */
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) return;
-        pb_phase1(p, w, pass, p->mid, p->k1);
+        pb_phase1(p, w, pass, 1, p->mid, p->k1);
         pb_signal(&p->ph1, b, &p->sleepers);
         pb_wait(&p->main1, b, &p->sleepers);
-        pb_phase2(p, pass, p->ksplit, (uint32_t)p->K);
+        pb_phase2(p, pass, 1);
         pb_signal(&p->ph2, b, &p->sleepers);
     }
 }
@@ -667,10 +690,10 @@ SA_INLINE int induce_blocks(const void *T, int w, int32_t *SA, int32_t n, int32_
         p.k1 = e;
         p.mid = k + (e - k) / 2;
         pb_signal(&p.go, b, &p.sleepers);
-        pb_phase1(&p, w, pass, p.k0, p.mid);
+        pb_phase1(&p, w, pass, 0, p.k0, p.mid);
         pb_signal(&p.main1, b, &p.sleepers);
         pb_wait(&p.ph1, b, &p.sleepers);
-        pb_phase2(&p, pass, 0, p.ksplit);
+        pb_phase2(&p, pass, 0);
         pb_wait(&p.ph2, b, &p.sleepers);
         k = e;
     }
@@ -1021,7 +1044,7 @@ SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, wo
 /* Suffix array of T[0..n) (n >= 2, symbols < K), using ws for bucket memory. */
 SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K, workspace ws) {
     buckets bk;
-    sa_clock t = {0, 0};
+    sa_clock t = {0, 0, 0};
     if (ws.tm.on) t = sa_now();
     int rc = buckets_init(&bk, T, w, n, K, ws);
     if (rc) return rc;
