@@ -556,7 +556,7 @@ SA_INLINE void pb_phase1(pblock *p, int w, int pass, int h, int32_t ka, int32_t 
     uint64_t *out = p->cache + (ka - p->k0);
     int32_t f = 0, e = kb - ka; /* main's entries out[0, f), the worker's out[e, kb - ka) */
     for (int32_t k = ka, i = left ? ka : p->n - 1 - ka; k < kb; k++, i += step) {
-        if (k + PF < kb) {
+        if (k < kb - PF) {
             int32_t qf = pred_of(A_LOAD(&SA[i + PF * step]), pass);
             SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
         }
@@ -680,7 +680,7 @@ SA_INLINE int induce_blocks(const void *T, int w, int32_t *SA, int32_t n, int32_
         for (int32_t i = left ? k : n - 1 - k; e < lim && SA[i] != 0; e++, i += step) {
         }
         if (e - k < par.pmin) { /* a short run: the serial scan, over pmin slots at least */
-            int32_t ke = k + par.pmin > lim ? lim : k + par.pmin;
+            int32_t ke = lim - k < par.pmin ? lim : k + par.pmin; /* (no overflow near 2^31) */
             (void)induce_run(T, w, SA, n, B, NULL, 1, pass, K > BIG_K, 0, k, ke > e ? ke : e, 0);
             k = ke > e ? ke : e;
             continue;
