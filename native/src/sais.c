@@ -31,6 +31,7 @@
  *   => peak <= max(2n, 12*Ke, 1.5 MiB) (+ 4n when remapped); for u8/u16: <= max(2n, 1.5 MiB).
  *   Measured: < 0.1n on source-code bytes, 1.2n on i.i.d. Zipf tokens (the reduced problem's
  *   counts); the 2n bound is reached only by adversarial inputs.
+ *   Two threads (induce_blocks): + 512 KiB of block cache while a pass runs.
  * Budget 6 bytes per token (SA + worst case) + 2 MiB for u8/u16 input.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -46,7 +47,9 @@
 #include <string.h>
 #include <unistd.h>
 #if defined(__linux__)
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -106,15 +109,17 @@ static void hint_hugepages(const void *p, size_t bytes, int populated) {
 #endif
 }
 
-/* With INFINIGRAM_BUILD_TIMING set, each step of each level reports its wall time and the
-   process's CPU time (all threads; on a shared machine the fairer figure) to stderr (profiling
-   builds; `t` holds the step's start, updated). */
+/* With INFINIGRAM_BUILD_TIMING set, each step of each level reports its wall time, the
+   process's CPU time (all threads; on a shared machine the fairer figure) and the calling
+   thread's (with two threads: the step's critical path when the other has a core of its own,
+   as the main thread waits asleep) to stderr (profiling builds; `t` holds the step's start,
+   updated). */
 typedef struct {
     int on, level;
 } sa_timer;
 
 typedef struct {
-    double wall, cpu;
+    double wall, cpu, main; /* main: this (the calling) thread's CPU time */
 } sa_clock;
 
 static double sa_clock_of(clockid_t id) {
@@ -124,15 +129,16 @@ static double sa_clock_of(clockid_t id) {
 }
 
 static sa_clock sa_now(void) {
-    sa_clock c = {sa_clock_of(CLOCK_MONOTONIC), sa_clock_of(CLOCK_PROCESS_CPUTIME_ID)};
+    sa_clock c = {sa_clock_of(CLOCK_MONOTONIC), sa_clock_of(CLOCK_PROCESS_CPUTIME_ID),
+                  sa_clock_of(CLOCK_THREAD_CPUTIME_ID)};
     return c;
 }
 
 static void sa_step(const sa_timer *tm, sa_clock *t, const char *what, int32_t n, int32_t K) {
     if (!tm->on) return;
     sa_clock now = sa_now();
-    fprintf(stderr, "infinigram sais: level %d %-22s %7.3f s wall %7.3f s cpu  (n=%d K=%d)\n", tm->level, what,
-            now.wall - t->wall, now.cpu - t->cpu, n, K);
+    fprintf(stderr, "infinigram sais: level %d %-22s %7.3f s wall %7.3f s cpu %7.3f s main-thread cpu  (n=%d K=%d)\n",
+            tm->level, what, now.wall - t->wall, now.cpu - t->cpu, now.main - t->main, n, K);
     *t = now;
 }
 
@@ -160,6 +166,10 @@ SA_INLINE void count_syms(const void *T, int w, int32_t n, int32_t *cnt, int32_t
 typedef struct {
     int helper; /* 0: never */
     int32_t min_n, blk;
+    /* block-parallel plain passes (see induce_blocks): block cap, shortest run worth two
+       threads, 0 = not for this pass */
+    int32_t pblk, pmin;
+    int blocks;
 } par_cfg;
 
 /* Free memory a level may use for its buckets: part of the caller's SA (never overlapping this
@@ -460,6 +470,241 @@ static void helper_stop(helper *h, pthread_t th) {
     free(h->ring);
 }
 
+/* ---- block-parallel induction on two threads ----------------------------------------------- *
+ * The plain passes (PASS_L1, PASS_S1, PASS_L3, PASS_S3) can also run on two threads with the
+ * placement itself split (the idea of libsais's parallel induction; written for this code).
+ * The scan is cut into blocks of slots that are already final: a run of non-zero slots from the
+ * scan position. Empty slots are 0 and every induced entry lands in an empty slot ahead of the
+ * scan, so nothing induced from a block lands inside it (a slot holding suffix 0 also reads 0:
+ * it induces nothing, and only cuts a block short). For PASS_S3 the LMS entries left in the
+ * S parts of the buckets by stage 3's placement are cleared after PASS_L3 (the S pass rewrites
+ * every S slot before reading it) so that the rule holds there too. Per block:
+ *   phase 1: each thread takes half of the block: reads the entries and the symbols they
+ *     induce (the random text reads, the bulk of the work), does the block's own slot
+ *     updates, and caches the entries that induce something, sorted by the thread that owns
+ *     their bucket (main: symbols below `ksplit`, about half of the text; worker: the rest);
+ *   phase 2: each thread places its own entries of both halves, in scan order.
+ * Each bucket is filled by one thread, in scan order, exactly as one thread would fill it: the
+ * result does not depend on timing, and no bucket's slots or pointer bounce between the two
+ * cores (splitting by halves of the block instead made every write a cache-line transfer).
+ * Runs shorter than `pmin` are scanned by the main thread alone. */
+
+typedef struct {
+    const void *T;
+    int32_t *SA, *B;
+    int32_t n, K;
+    int w, pass;
+    uint32_t ksplit;  /* buckets [0, ksplit) are the main thread's in phase 2 */
+    uint64_t *cache;  /* per block slot: v << 32 | pred_info, sorted by owner per half */
+    int32_t k0, mid, k1; /* current block in scan order: halves [k0, mid), [mid, k1) */
+    int32_t nmain[2], nwork[2]; /* per half: entries main / the worker places */
+    int32_t go, ph1, ph2;       /* atomic: blocks released, worker's phase 1 / 2 done */
+    int32_t main1;              /* atomic: main's phase 1 done */
+    int32_t stop;               /* atomic */
+    int32_t sleepers;           /* atomic: threads that may sleep in pb_wait */
+} pblock;
+
+/* Waiting on the partner thread for `*flag >= want`: a short spin (phases are ~0.1 ms), then
+   sleep (a futex on Linux) so that a partner descheduled on a busy machine gets the CPU and
+   the wait costs no CPU time. `sleepers` counts the threads that may be asleep on a flag of
+   this block; pb_signal wakes them only then (sequentially consistent: a waiter either sees
+   the new value or is seen asleep). A wait never sleeps longer than 1 ms per check. */
+static void pb_wait(int32_t *flag, int32_t want, int32_t *sleepers) {
+    for (int spins = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < want; spins++) {
+#if defined(__x86_64__) || defined(__i386__)
+        if (spins < 256) {
+            __builtin_ia32_pause();
+            continue;
+        }
+#endif
+        __atomic_fetch_add(sleepers, 1, __ATOMIC_SEQ_CST);
+        int32_t seen = __atomic_load_n(flag, __ATOMIC_SEQ_CST);
+        if (seen < want) {
+#if defined(__linux__) && defined(SYS_futex)
+            struct timespec ts = {0, 1000000};
+            (void)syscall(SYS_futex, flag, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+#else
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+#endif
+        }
+        __atomic_fetch_sub(sleepers, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void pb_signal(int32_t *flag, int32_t value, int32_t *sleepers) {
+    __atomic_store_n(flag, value, __ATOMIC_SEQ_CST);
+#if defined(__linux__) && defined(SYS_futex)
+    if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) > 0) (void)syscall(SYS_futex, flag, FUTEX_WAKE_PRIVATE, 2, NULL, NULL, 0);
+#else
+    (void)sleepers;
+#endif
+}
+
+SA_INLINE int pb_left(int pass) { return pass == PASS_L1 || pass == PASS_L3; }
+
+/* Phase 1 over scan slots [ka, kb) (half h of the block): the block's own slot updates, and
+   the entries that induce something into the half's cache region, sorted by owner without a
+   branch: main's (bucket < ksplit) from the front in scan order, the worker's from the back
+   in reverse scan order (each entry is written at both ends; only one end advances). */
+SA_INLINE void pb_phase1(pblock *p, int w, int pass, int h, int32_t ka, int32_t kb) {
+    const int left = pb_left(pass);
+    const int32_t step = left ? 1 : -1;
+    const char *Tb = (const char *)p->T;
+    const uint32_t ksplit = p->ksplit;
+    int32_t *SA = p->SA;
+    uint64_t *out = p->cache + (ka - p->k0);
+    int32_t f = 0, e = kb - ka; /* main's entries out[0, f), the worker's out[e, kb - ka) */
+    for (int32_t k = ka, i = left ? ka : p->n - 1 - ka; k < kb; k++, i += step) {
+        if (k < kb - PF) {
+            int32_t qf = pred_of(A_LOAD(&SA[i + PF * step]), pass);
+            SA_PREFETCH_R(Tb + (size_t)w * (size_t)(qf > 0 ? qf - 1 : 0));
+        }
+        int32_t v = A_LOAD(&SA[i]), q = pred_of(v, pass);
+        uint32_t info = q >= 0 ? pred_info(p->T, w, q, pass) : 0;
+        uint64_t x = (uint64_t)(uint32_t)v << 32 | info;
+        int mine = q >= 0 && (info >> 1) < ksplit, theirs = q >= 0 && (info >> 1) >= ksplit;
+        out[f] = x; /* f <= e - 1 here: at most kb - ka entries in all */
+        out[e - 1] = x;
+        f += mine;
+        e -= theirs;
+        if (pass == PASS_L1 && v <= 0) A_STORE(&SA[i], -v);                            /* for the S pass */
+        else if ((pass == PASS_L1 || pass == PASS_S1) && q >= 0) A_STORE(&SA[i], 0); /* consumed */
+        else if (pass == PASS_S3 && q >= 0) A_STORE(&SA[i], ~v);                      /* final */
+    }
+    p->nmain[h] = f;
+    p->nwork[h] = kb - ka - e;
+}
+
+/* Place one cached entry (it induces into a bucket of this thread). */
+SA_INLINE void pb_place(int32_t *SA, int32_t *B, int pass, int left, uint64_t x) {
+    uint32_t info = (uint32_t)x, c = info >> 1;
+    int32_t q = pred_of((int32_t)(x >> 32), pass), j = left ? B[c]++ : --B[c];
+    int32_t neg = pass == PASS_L1 || pass == PASS_S1 ? -q : ~q;
+    A_STORE(&SA[j], info & 1 ? neg : q);
+}
+
+/* Phase 2: main (worker = 0) places the front lists of both halves in scan order, the worker
+   the back lists (read backwards: scan order). */
+SA_INLINE void pb_phase2(pblock *p, int pass, int worker) {
+    const int left = pb_left(pass), big = p->K > BIG_K;
+    int32_t *SA = p->SA, *B = p->B;
+    for (int h = 0; h < 2; h++) {
+        const int32_t len = h ? p->k1 - p->mid : p->mid - p->k0;
+        const uint64_t *base = p->cache + (h ? p->mid - p->k0 : 0);
+        const int32_t m = worker ? p->nwork[h] : p->nmain[h];
+        for (int32_t t = 0; t < m; t++) {
+            const int32_t at = worker ? len - 1 - t : t, ahead = worker ? at - PF : at + PF;
+            if (big && t + PF < m) SA_PREFETCH_W(B + ((uint32_t)base[ahead] >> 1));
+            pb_place(SA, B, pass, left, base[at]);
+        }
+    }
+}
+
+SA_INLINE void pb_worker_loop(pblock *p, int w, int pass) {
+    for (int32_t b = 1;; b++) {
+        pb_wait(&p->go, b, &p->sleepers); /* (stop also raises go) */
+        if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) return;
+        pb_phase1(p, w, pass, 1, p->mid, p->k1);
+        pb_signal(&p->ph1, b, &p->sleepers);
+        pb_wait(&p->main1, b, &p->sleepers);
+        pb_phase2(p, pass, 1);
+        pb_signal(&p->ph2, b, &p->sleepers);
+    }
+}
+
+static void *pb_worker_main(void *arg) {
+    pblock *p = (pblock *)arg;
+#define PB_CASE(W)                                                                           \
+    switch (p->pass) {                                                                       \
+    case PASS_L1: pb_worker_loop(p, W, PASS_L1); break;                                      \
+    case PASS_S1: pb_worker_loop(p, W, PASS_S1); break;                                      \
+    case PASS_L3: pb_worker_loop(p, W, PASS_L3); break;                                      \
+    default: pb_worker_loop(p, W, PASS_S3); break;                                           \
+    }
+    if (p->w == 1) PB_CASE(1)
+    else if (p->w == 2) PB_CASE(2)
+    else PB_CASE(4)
+#undef PB_CASE
+    return NULL;
+}
+
+/* Whether the plain passes of a level of n symbols over [0, K) run block-parallel. */
+static int pb_enabled(par_cfg par, int32_t n) { return par.helper && par.blocks && n >= par.min_n; }
+
+SA_INLINE int32_t induce_run(const void *restrict T, int w, int32_t *restrict SA, int32_t n,
+                             int32_t *restrict B, int32_t *restrict G, int bs, int pass, int big, int helped,
+                             int32_t kb, int32_t ke, int32_t d);
+
+/* A plain pass (after the sentinel's entry) with the placement split over two threads, see
+   above. Returns 0 when done, -1 when it could not start (memory, thread): nothing was done. */
+SA_INLINE int induce_blocks(const void *T, int w, int32_t *SA, int32_t n, int32_t *B, int32_t K, int pass,
+                            par_cfg par, ig_sais_progress_fn done, void *done_ctx, int32_t done_every) {
+    const int left = pb_left(pass);
+    const int32_t cap = par.pblk, step = left ? 1 : -1;
+    pblock p;
+    memset(&p, 0, sizeof p);
+    p.T = T;
+    p.SA = SA;
+    p.B = B;
+    p.n = n;
+    p.K = K;
+    p.w = w;
+    p.pass = pass;
+    /* the main thread's buckets: those below the middle slot of SA (B holds every bucket's
+       first slot for an L pass, one past its last for an S pass: non-decreasing) */
+    uint32_t lo = 0, hi = (uint32_t)K;
+    while (lo < hi) {
+        uint32_t m = lo + (hi - lo) / 2;
+        if (B[m] < n / 2) lo = m + 1;
+        else hi = m;
+    }
+    p.ksplit = lo;
+    p.cache = (uint64_t *)malloc((size_t)cap * sizeof(uint64_t));
+    pthread_t th;
+    if (!p.cache || pthread_create(&th, NULL, pb_worker_main, &p) != 0) {
+        free(p.cache);
+        return -1;
+    }
+    int64_t last_done = n; /* progress reports (PASS_S3 only), as in induce */
+    int32_t next_done = done && done_every < n ? done_every : n, b = 0;
+    for (int32_t k = 0; k < n;) {
+        if (pass == PASS_S3 && done && k == next_done) { /* SA[n-k .. n) is final */
+            done(done_ctx, (int64_t)n - k, last_done);
+            last_done = (int64_t)n - k;
+            next_done = next_done > n - done_every ? n : next_done + done_every;
+        }
+        int32_t lim = pass == PASS_S3 && done && next_done < n ? next_done : n;
+        if (lim - k > cap) lim = k + cap;
+        int32_t e = k;
+        for (int32_t i = left ? k : n - 1 - k; e < lim && SA[i] != 0; e++, i += step) {
+        }
+        if (e - k < par.pmin) { /* a short run: the serial scan, over pmin slots at least */
+            int32_t ke = lim - k < par.pmin ? lim : k + par.pmin; /* (no overflow near 2^31) */
+            (void)induce_run(T, w, SA, n, B, NULL, 1, pass, K > BIG_K, 0, k, ke > e ? ke : e, 0);
+            k = ke > e ? ke : e;
+            continue;
+        }
+        b++;
+        p.k0 = k;
+        p.k1 = e;
+        p.mid = k + (e - k) / 2;
+        pb_signal(&p.go, b, &p.sleepers);
+        pb_phase1(&p, w, pass, 0, p.k0, p.mid);
+        pb_signal(&p.main1, b, &p.sleepers);
+        pb_wait(&p.ph1, b, &p.sleepers);
+        pb_phase2(&p, pass, 0);
+        pb_wait(&p.ph2, b, &p.sleepers);
+        k = e;
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pb_signal(&p.go, b + 1, &p.sleepers);
+    pthread_join(th, NULL);
+    free(p.cache);
+    if (pass == PASS_S3 && done && last_done > 0) done(done_ctx, 0, last_done);
+    return 0;
+}
+
 /* ---- induction passes --------------------------------------------------------------------- */
 
 /* Bucket pointer and group count of symbol c: B and G are separate arrays (bs = 1) or
@@ -581,6 +826,9 @@ SA_INLINE void induce(const void *restrict T, int w, int32_t *restrict SA, int32
             SA[BK(c)++] = pass == PASS_L1 ? (pred_s ? -q : q) : (pred_s ? ~q : q);
         }
     }
+    if ((pass == PASS_L1 || pass == PASS_S1 || pass == PASS_L3 || pass == PASS_S3) && pb_enabled(par, n) &&
+        induce_blocks(T, w, SA, n, B, K, pass, par, done, done_ctx, done_every) == 0)
+        return;
     helper h;
     pthread_t th;
     const int helped = helper_start(&h, &th, par, T, w, SA, n, pass);
@@ -796,10 +1044,11 @@ SA_NOINLINE int sais_w4(const uint32_t *T, int32_t *SA, int32_t n, int32_t K, wo
 /* Suffix array of T[0..n) (n >= 2, symbols < K), using ws for bucket memory. */
 SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K, workspace ws) {
     buckets bk;
-    sa_clock t = {0, 0};
+    sa_clock t = {0, 0, 0};
     if (ws.tm.on) t = sa_now();
     int rc = buckets_init(&bk, T, w, n, K, ws);
     if (rc) return rc;
+    par_cfg par = ws.par; /* (par.blocks is turned off for PASS_S3 when S parts stay uncleared) */
     const int marked = bk.A && (int64_t)n < MARK_LIMIT && ws.plain != 2;
 
     /* Stage 1: sort the LMS substrings. */
@@ -836,9 +1085,9 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
             sa_step(&ws.tm, &t, "compact, name (marks)", n1, K1);
         } else {
             bucket_bounds(T, w, n, &bk, 0);
-            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L1, ws.par, NULL, NULL, 0);
+            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L1, par, NULL, NULL, 0);
             bucket_bounds(T, w, n, &bk, 1);
-            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S1, ws.par, NULL, NULL, 0);
+            induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S1, par, NULL, NULL, 0);
             sa_step(&ws.tm, &t, "stage 1 L+S passes", n, K);
             int32_t j = 0; /* compact the (negated) LMS entries, branch-free: j <= i */
             for (int32_t i = 0; i < n; i++) {
@@ -906,22 +1155,35 @@ SA_INLINE int sais_level(const void *T, int w, int32_t *SA, int32_t n, int32_t K
     }
     sa_step(&ws.tm, &t, "stage 3 placement", n1, K);
     bucket_bounds(T, w, n, &bk, 0);
-    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L3, ws.par, NULL, NULL, 0);
+    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_L3, par, NULL, NULL, 0);
     sa_step(&ws.tm, &t, "stage 3 L pass", n, K);
+    if (pb_enabled(par, n) && bk.C) {
+        /* B[c] now ends bucket c's L part: clear its S part (LMS entries the S pass rewrites
+           before reading) so that the S pass can run block-parallel (see induce_blocks) */
+        int64_t end = 0;
+        for (int32_t c = 0; c < K; c++) {
+            end += bk.C[c];
+            memset(SA + bk.B[c], 0, (size_t)(end - bk.B[c]) * sizeof(int32_t));
+        }
+    } else {
+        par.blocks = 0;
+    }
     bucket_bounds(T, w, n, &bk, 1);
-    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S3, ws.par, ws.done, ws.done_ctx, ws.done_every);
+    induce(T, w, SA, n, bk.B, NULL, 1, K, PASS_S3, par, ws.done, ws.done_ctx, ws.done_every);
     sa_step(&ws.tm, &t, "stage 3 S pass", n, K);
     buckets_free(&bk);
     return 0;
 }
 
 /* The top level has no free SA space; all levels may malloc up to max(n/2, 2^17) int32.
-   mode (tests): 0 normal, 1/2 fallbacks (see workspace), 3 a helper thread on every pass with
-   tiny blocks. INFINIGRAM_SAIS_THREADS=1 / =2 in the environment turns the helper off / on
+   mode (tests): 0 normal, 1/2 fallbacks (see workspace), 3 a second thread on every pass with
+   tiny blocks (block-parallel plain passes, the helper for the naming ones), 4 = 2 and 3 (plain
+   stage-1 passes, block-parallel). INFINIGRAM_SAIS_THREADS=1 / =2 in the environment turns the helper off / on
    whatever the load. */
 static workspace top_workspace(int32_t n, int mode, ig_sais_progress_fn done, void *done_ctx) {
-    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : 0,
-                    {0, (int32_t)1 << 20, (int32_t)1 << 13}, done, done_ctx, (int32_t)1 << 22, {0, 0}};
+    workspace ws = {NULL, 0, n / 2 > (1 << 17) ? n / 2 : (1 << 17), mode == 1 || mode == 2 ? mode : mode == 4 ? 2 : 0,
+                    {0, (int32_t)1 << 20, (int32_t)1 << 13, (int32_t)1 << 16, (int32_t)1 << 11, 1},
+                    done, done_ctx, (int32_t)1 << 22, {0, 0}};
     const char *timing = getenv("INFINIGRAM_BUILD_TIMING");
     ws.tm.on = timing && *timing;
     const char *env = getenv("INFINIGRAM_SAIS_THREADS");
@@ -932,10 +1194,12 @@ static workspace top_workspace(int32_t n, int mode, ig_sais_progress_fn done, vo
     if (getloadavg(&load, 1) != 1) load = 0;
     ws.par.helper = cpus > 1 && load < (double)cpus - 0.5;
     if (env && env[0] && !env[1]) ws.par.helper = env[0] == '2' ? 1 : env[0] == '1' ? 0 : ws.par.helper;
-    if (mode == 3) {
+    if (mode == 3 || mode == 4) {
         ws.par.helper = 1;
         ws.par.min_n = 2;
         ws.par.blk = 64;
+        ws.par.pblk = 16 + (int32_t)(n % 7); /* tiny blocks, halves of uneven sizes */
+        ws.par.pmin = 2;
         ws.done_every = 100;
     }
     return ws;

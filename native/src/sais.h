@@ -13,13 +13,16 @@
  * Never writes outside SA[0..n) and its own allocations; keeps no global state, so concurrent
  * calls on different buffers are safe. On Linux, large T and SA are advised into transparent
  * huge pages (madvise; contents untouched, failures ignored). With more than one CPU and one
- * of them idle (load average), texts of 2^20 symbols or more get a second thread that fetches
- * symbols ahead of the induction passes (INFINIGRAM_SAIS_THREADS=1 / =2 turns it off / on
- * whatever the load).
+ * of them idle (load average), texts of 2^20 symbols or more get a second thread: the stage-3
+ * passes and the plain stage-1 passes run block by block on two threads, the placement split
+ * between them; the naming passes get a thread that fetches symbols ahead
+ * (INFINIGRAM_SAIS_THREADS=1 / =2 turns it off / on whatever the load). The result is the
+ * same either way.
  *
  * Extra memory beyond SA, in bytes (details at the top of sais.c), Ke = max symbol + 1:
  *   u8 / u16: <= max(2n, 512 KiB); typically < 0.1n on text, ~1.2n on i.i.d. Zipf tokens.
  *   u32:      <= max(2n, 4*Ke, 512 KiB), plus 4n when Ke > max(n, 65536) (alphabet remap).
+ *   Two threads: + 512 KiB of block cache while a pass runs.
  */
 #ifndef IG_SAIS_H
 #define IG_SAIS_H
@@ -46,8 +49,8 @@ int ig_sais_final(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, ig_s
 
 /* Tests only: ig_sais_final with paths forced at every level: mode 1 = no per-bucket arrays
    beyond the pointers and counts, 2 = names by comparing substrings (as for texts of 2^30
-   symbols or more), 3 = a helper thread on every pass with tiny blocks, frequent reports;
-   the output is the same. */
+   symbols or more), 3 = a second thread on every pass with tiny blocks, frequent reports,
+   4 = modes 2 and 3 together (every induction pass block-parallel); the output is the same. */
 int ig_sais_mode(const void *T, int w, int32_t *SA, int64_t n, uint32_t K, int mode, ig_sais_progress_fn done,
                  void *ctx);
 
