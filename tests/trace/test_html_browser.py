@@ -2,8 +2,8 @@
 page renders offline, every highlight links to an entry on the page, and that entry lists the
 documents holding the span's tokens at the offsets it names, their excerpts marking its text.
 
-Skipped where Chromium, its driver or selenium is missing (CI machines need
-`apt-get install chromium chromium-driver`, about 440 MB, which CI does not install)."""
+Skipped where Chromium, its driver or selenium is missing (`apt-get install chromium
+chromium-driver`, about 440 MB; .ci/run installs them when it runs as root with apt)."""
 from __future__ import annotations
 
 import os
