@@ -1,6 +1,7 @@
 /* bench_sais.c - throughput of ig_sais_* on synthetic tokens and on a real file.
  *
- *   gcc -O2 -Inative/include -Inative/src native/src/sais.c native/tests/bench_sais.c -o /tmp/bench_sais
+ *   gcc -O2 -pthread -Inative/include -Inative/src native/src/sais.c native/src/parallel.c \
+ *       native/tests/bench_sais.c -o /tmp/bench_sais
  *   /tmp/bench_sais [n_tokens=50000000] [file ...]
  *
  * 1. n_tokens u16 tokens drawn i.i.d. from a Zipf(1.0) law over 32000 symbols (ids shuffled so
