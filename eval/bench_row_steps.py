@@ -126,6 +126,47 @@ def drafter_child(pkg_root: str, batch: int, prefix: int, steps: int, out_path: 
                                           "batched": batched}))
 
 
+def loop_child(pkg_root: str, batch: int, prefix: int, steps: int, out_path: str) -> None:
+    """The whole speculative loop (speculative_generate) on a tiny random GPT-2 of the 32k
+    vocabulary, its scores mixed with the ∞-gram (λ 0.9, so that drafts get accepted), on
+    left-padded held-out prompts of different lengths; chains and trees. Returns the outputs, the
+    loop's stats and the drafter's, and the loop's drafting time (draft_seconds, read as CPU
+    time: the drafter and the loop's bookkeeping after verification) per row per step."""
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    ix = open_index(pkg_root)
+    from transformers import GPT2Config, GPT2LMHeadModel, LogitsProcessorList
+    from infinigram_hf import InfiniGramDrafter, InfiniGramLogitsProcessor, speculative_generate
+    import infinigram_hf.hf.speculative as loop_module
+    import types
+    loop_module.time = types.SimpleNamespace(perf_counter=time.process_time)  # its stats in CPU seconds
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32000, n_positions=1024, n_embd=32, n_layer=1, n_head=2,
+                                       bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+    files = held_out(batch, prefix + steps)
+    rows = [f[:prefix - (i * 5) % (prefix // 2)] for i, f in enumerate(files)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(batch, width, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r):] = torch.from_numpy(r)
+        mask[b, width - len(r):] = 1
+    procs = LogitsProcessorList([InfiniGramLogitsProcessor(ix, lambda_sparse=0.9, lambda_dense=0.9, eos_token_id=0)])
+    res = {}
+    for tree in (False, True):
+        drafter = InfiniGramDrafter(ix, eos_token_id=0)
+        out, st = speculative_generate(model, ids, attention_mask=mask, drafter=drafter, max_new_tokens=steps,
+                                       do_sample=False, pad_token_id=0, logits_processor=procs, draft_tree=tree,
+                                       suppress_tokens=[0], return_stats=True)  # (no EOS: rows run to the end)
+        res[f"tree{int(tree)}"] = {
+            "out": out.tolist(), "steps": st.steps, "row_steps": st.row_steps.tolist(),
+            "generated": st.generated.tolist(), "drafted": st.drafted, "accepted": st.accepted,
+            "drafter": drafter.stats, "draft_us": st.draft_seconds / max(1, int(st.row_steps.sum())) * 1e6}
+    equal = {k: {m: v for m, v in r.items() if m != "draft_us"} for k, r in res.items()}
+    Path(out_path).write_text(json.dumps({"equal": equal, "draft_us": {k: r["draft_us"] for k, r in res.items()}}))
+
+
 def perplexity_child(pkg_root: str, batch: int, doc_len: int, out_path: str) -> None:
     import numpy as np
     ix = open_index(pkg_root)
@@ -158,7 +199,7 @@ def export_base(base: str, tmp: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=("drafter", "perplexity"), required=True)
+    ap.add_argument("--mode", choices=("drafter", "perplexity", "loop"), required=True)
     ap.add_argument("--base", help="commit whose infinigram_hf/ is the baseline")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--prefix", type=int, default=128)
@@ -170,10 +211,13 @@ def main() -> None:
     if args.child:
         if args.mode == "drafter":
             drafter_child(args.child[0], args.batch, args.prefix, args.steps, args.child[1])
+        elif args.mode == "loop":
+            loop_child(args.child[0], args.batch, args.prefix, args.steps, args.child[1])
         else:
             perplexity_child(args.child[0], args.batch, args.doc_len, args.child[1])
         return
-    metrics = {"drafter": ("draft", "book", "step", "first"), "perplexity": ("dist0", "dist1")}[args.mode]
+    metrics = {"drafter": ("draft", "book", "step", "first"), "perplexity": ("dist0", "dist1"),
+               "loop": ("tree0", "tree1")}[args.mode]
     per: Dict[str, Dict[str, List[float]]] = {k: {m: [] for m in metrics} for k in ("base", "new")}
     with tempfile.TemporaryDirectory() as tmp:
         roots = {"base": export_base(args.base, tmp), "new": str(ROOT)}
@@ -190,10 +234,13 @@ def main() -> None:
                     for m, v in (("draft", t["draft"]), ("book", t["book"]), ("step", step)):
                         per[k][m].append(statistics.median(v[1:]) / args.batch * 1e6)
                     per[k]["first"].append(step[0] / args.batch * 1e6)
+                elif args.mode == "loop":
+                    for m in metrics:
+                        per[k][m].append(t["draft_us"][m])
                 else:
                     for m in metrics:
                         per[k][m].append(t["times"][m] / t["tokens"] * 1e6)
-            key = "drafts" if args.mode == "drafter" else "arrays"
+            key = {"drafter": "drafts", "perplexity": "arrays", "loop": "equal"}[args.mode]
             assert outs["base"][key] == outs["new"][key], f"round {r}: base and new {key} differ"
             print(f"[round {r}] " + ", ".join(f"{k}: " + " ".join(f"{m} {per[k][m][-1]:.2f}" for m in metrics)
                                                for k in per), file=sys.stderr)
@@ -206,13 +253,14 @@ def main() -> None:
     (HERE / "results" / f"row_steps_{args.mode}.json").write_text(json.dumps({"meta": meta, "median": med,
                                                                               "rounds": per}, indent=1))
     print(f"\n{meta['date']}, {args.mode}, batch {args.batch}, "
-          + (f"prefix {args.prefix}, {args.steps} steps" if args.mode == "drafter" else f"{args.doc_len} tokens/doc")
+          + (f"{args.doc_len} tokens/doc" if args.mode == "perplexity" else f"prefix {args.prefix}, {args.steps} steps")
           + f", {args.rounds} rounds, base {args.base}, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
           "outputs equal\n")
-    unit = "row per step" if args.mode == "drafter" else "token"
+    unit = "token" if args.mode == "perplexity" else "row per step"
     labels = {"draft": "drafts + width", "book": "feedback + append", "step": "the drafter's step",
               "first": "the drafter's step, first step", "dist0": "P_∞, sparse, effective n, context count",
-              "dist1": "the same + distribution features (num_distinct, top P_∞)"}
+              "dist1": "the same + distribution features (num_distinct, top P_∞)",
+              "tree0": "speculative loop, chains: draft_seconds", "tree1": "speculative loop, trees: draft_seconds"}
     print(f"| µs CPU per {unit} | base | new | base/new |")
     print("|---|---:|---:|---:|")
     for m in metrics:

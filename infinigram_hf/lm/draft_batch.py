@@ -20,7 +20,7 @@ import numpy as np
 from .._core.ids import as_i64_ids
 from .._core.native import check, err_buffer, ffi, lib, ptr
 from ..index.difference import DifferenceIndex
-from .drafter import _NONE, Draft, DraftTree, InfiniGramDrafter, _tree_args
+from .drafter import _NONE, Draft, DraftRow, DraftTree, InfiniGramDrafter, _tree_args
 
 # source codes of BatchDrafts.sources (the C core's IG_DRAFT_INFGRAM / IG_DRAFT_LOOKUP are mapped)
 NONE, INFGRAM, LOOKUP = -1, 0, 1
@@ -120,35 +120,43 @@ class DraftBatch:
             caps[:, 0], caps[:, 1] = flat[:n], flat[n:]
         return caps
 
-    def draft(self, max_tokens: Any = None) -> BatchDrafts:
+    def draft(self, max_tokens: Any = None, skip: Any = None) -> BatchDrafts:
         """Every row's draft (its state first catches up with the tokens accepted since the last
-        draft), at most max_tokens (None, an int or one per row) tokens each: one C call."""
+        draft), at most max_tokens (None, an int or one per row) tokens each: one C call.
+        skip (a boolean per row): rows not drafted for at all this step (no draft, state left
+        behind, not counted in the drafter's stats), as a loop that does not call draft_row."""
         d = self.drafter
         n = len(self)
         limit = np.full(n, d.max_draft, dtype=np.int64) if max_tokens is None else \
             np.clip(np.broadcast_to(np.asarray(max_tokens, dtype=np.int64), (n,)), 0, d.max_draft)
-        limit = np.ascontiguousarray(limit, dtype=np.int64)
+        skip = np.zeros(n, dtype=bool) if skip is None else np.asarray(skip, dtype=bool)
+        limit = np.ascontiguousarray(np.where(skip, 0, limit), dtype=np.int64)
+        pending = self.pending
+        self.pending = np.where(skip, pending, 0)  # (what the call below is told: where(skip, 0, pending))
         caps = self.caps()
         n_out = np.zeros(n, dtype=np.int64)
         match = np.zeros(n, dtype=np.int64)
         src = np.zeros(n, dtype=np.intc)
-        if d._remote:
-            self._draft_rows(limit, caps, n_out, match, src)
+        new = np.ascontiguousarray(pending - self.pending)
+        if type(d).draft_row is not InfiniGramDrafter.draft_row:  # a drafter with its own per-row rule
+            self._draft_own(new, limit, skip, n_out, match, src)
+        elif d._remote:
+            self._draft_rows(new, limit, caps, n_out, match, src)
         else:
-            self._draft_c(limit, caps, n_out, match, src)
-        self.pending[:] = 0
+            self._draft_c(new, limit, caps, n_out, match, src)
         sources = np.where(n_out == 0, NONE, np.where(src == lib.IG_DRAFT_INFGRAM, INFGRAM, LOOKUP))
+        counted = sources[~skip]
         with d._stats_lock:
-            d.stats["drafts"] += n
+            d.stats["drafts"] += len(counted)
             d.stats["tokens"] += int(n_out.sum())
             for code, name in SOURCE_NAMES.items():
-                d.stats[name] += int(np.count_nonzero(sources == code))
+                d.stats[name] += int(np.count_nonzero(counted == code))
         w = self._out.shape[1]
         keep = np.arange(w) < n_out[:, None]
         return BatchDrafts(np.where(keep, self._out[:n], 0), n_out, sources.astype(np.int8), match,
                            np.where(keep, self._cnt[:n], 0), np.where(keep, self._tot[:n], 0))
 
-    def _draft_c(self, limit: np.ndarray, caps: np.ndarray, n_out: np.ndarray, match: np.ndarray,
+    def _draft_c(self, new: np.ndarray, limit: np.ndarray, caps: np.ndarray, n_out: np.ndarray, match: np.ndarray,
                  src: np.ndarray) -> None:
         d = self.drafter
         n, stride = self.buf.shape
@@ -156,7 +164,7 @@ class DraftBatch:
         params = ffi.new("ig_draft_params *", d._param_values)
         st = self.states
         args = (ptr(st, "int64_t"), st.size, ptr(self.buf, "int64_t"), stride, ptr(self.lens, "int64_t"),
-                ptr(self.pending, "int64_t"), n, params, ptr(limit, "int64_t"), ptr(caps, "int64_t"),
+                ptr(new, "int64_t"), n, params, ptr(limit, "int64_t"), ptr(caps, "int64_t"),
                 ptr(self._out, "int64_t"), ptr(self._cnt, "uint64_t"), ptr(self._tot, "uint64_t"), self._out.shape[1],
                 ptr(n_out, "int64_t"), ptr(match, "int64_t"), ptr(src, "int"), 0, err, len(err))
         if not d._use_inf:
@@ -169,16 +177,37 @@ class DraftBatch:
                 rc = lib.ig_draft_step_batch(ix, *args)
         check(rc, err)
 
-    def _draft_rows(self, limit: np.ndarray, caps: np.ndarray, n_out: np.ndarray, match: np.ndarray,
+    def _draft_rows(self, new: np.ndarray, limit: np.ndarray, caps: np.ndarray, n_out: np.ndarray, match: np.ndarray,
                     src: np.ndarray) -> None:
         """Over an index whose draft calls run elsewhere (a server, shard groups): row by row."""
         d = self.drafter
         for i in range(len(self)):
             state = self.states[i] if d._use_inf else None
-            k, out, cnt, tot, m, s = d.step_call(self.ids(i), state, int(self.pending[i]) if d._use_inf else 0,
+            k, out, cnt, tot, m, s = d.step_call(self.ids(i), state, int(new[i]) if d._use_inf else 0,
                                                  int(limit[i]), (int(caps[i, 0]), int(caps[i, 1])))
             n_out[i], match[i], src[i] = k, m, s
             self._out[i, :k], self._cnt[i, :k], self._tot[i, :k] = out[:k], cnt[:k], tot[:k]
+
+    def row_view(self, i: int) -> DraftRow:
+        """Row i as the per-row API's DraftRow (ids and state are views; the rest copies), for
+        drafters that bring their own per-row rules (subclasses overriding draft_row / tree_row)."""
+        state = self.states[i] if self.drafter._use_inf else None
+        return DraftRow(self.buf[i], int(self.lens[i]), int(self.pending[i]), state,
+                        self.accepted[i].tolist(), self.rejected[i].tolist())
+
+    def _draft_own(self, new: np.ndarray, limit: np.ndarray, skip: np.ndarray, n_out: np.ndarray,
+                   match: np.ndarray, src: np.ndarray) -> None:
+        """Row by row through the drafter's own draft_row."""
+        for i in np.flatnonzero(~skip).tolist():
+            view = self.row_view(i)
+            view.pending = int(new[i])
+            dr = self.drafter.draft_row(view, int(limit[i]))
+            k = len(dr)
+            n_out[i], match[i] = k, dr.match_len
+            src[i] = lib.IG_DRAFT_INFGRAM if dr.source == "infgram" else lib.IG_DRAFT_LOOKUP
+            self._out[i, :k] = dr.tokens
+            self._cnt[i, :k] = dr.counts if len(dr.counts) else 0
+            self._tot[i, :k] = dr.totals if len(dr.totals) else 0
 
     def width(self, drafts: BatchDrafts) -> int:
         """How many draft tokens the step's verification should take from each row
@@ -196,10 +225,29 @@ class DraftBatch:
     def accept(self, drafts: BatchDrafts, accepted: Any, new: Any, n_new: Any) -> None:
         """After verification: row i kept accepted[i] tokens of its draft, and its ids grow by
         new[i, :n_new[i]] (`feedback` and `append` for every row)."""
+        self.feedback(drafts, accepted)
+        self.append(new, n_new)
+
+    def feedback(self, drafts: BatchDrafts, accepted: Any, where: Any = None) -> None:
+        """`InfiniGramDrafter.feedback` for every row (or the rows `where` is True), the same
+        arithmetic on arrays."""
+        d = self.drafter
         accepted = np.asarray(accepted, dtype=np.int64)
+        rows = np.ones(len(self), dtype=bool) if where is None else np.asarray(where, dtype=bool)
+        miss = (accepted < drafts.lengths).astype(np.float64)
+        for j in (0, 1):
+            hit = drafts.sources == j
+            acc, rej = self.accepted[:, j], self.rejected[:, j]
+            acc2 = np.where(hit, d._DECAY * acc + accepted, acc + d._RECOVER * (d._PRIOR[0] - acc))
+            rej2 = np.where(hit, d._DECAY * rej + miss, rej + d._RECOVER * (d._PRIOR[1] - rej))
+            self.accepted[:, j] = np.where(rows, acc2, acc)
+            self.rejected[:, j] = np.where(rows, rej2, rej)
+
+    def append(self, new: Any, n_new: Any) -> None:
+        """Row i's ids grow by new[i, :n_new[i]] (`InfiniGramDrafter.append` for every row; the
+        states catch up at the next draft)."""
         n_new = np.asarray(n_new, dtype=np.int64)
         new = np.asarray(new, dtype=np.int64).reshape(len(self), -1)
-        self._feedback(drafts, accepted)
         need = int((self.lens + n_new).max()) if len(self) else 0
         if need > self.buf.shape[1]:
             grown = np.zeros((len(self), max(2 * self.buf.shape[1], need)), dtype=np.int64)
@@ -212,16 +260,6 @@ class DraftBatch:
         self.lens += n_new
         if self.drafter._use_inf:
             self.pending += n_new
-
-    def _feedback(self, drafts: BatchDrafts, accepted: np.ndarray) -> None:
-        """`InfiniGramDrafter.feedback` for every row, the same arithmetic on arrays."""
-        d = self.drafter
-        for j in (0, 1):
-            hit = drafts.sources == j
-            miss = (accepted < drafts.lengths).astype(np.float64)
-            acc, rej = self.accepted[:, j], self.rejected[:, j]
-            self.accepted[:, j] = np.where(hit, d._DECAY * acc + accepted, acc + d._RECOVER * (d._PRIOR[0] - acc))
-            self.rejected[:, j] = np.where(hit, d._DECAY * rej + miss, rej + d._RECOVER * (d._PRIOR[1] - rej))
 
     def select(self, keep: Any) -> None:
         """Keep only these rows (indices, in their new order): finished rows leave the batch."""
@@ -236,6 +274,10 @@ class DraftBatch:
              max_tokens: Optional[int] = None) -> DraftTree:
         """`InfiniGramDrafter.tree_row` for row i."""
         d = self.drafter
+        if type(d).tree_row is not InfiniGramDrafter.tree_row:  # a drafter with its own per-row rule
+            view = self.row_view(i)
+            self.pending[i] = 0
+            return d.tree_row(view, width=width, max_nodes=max_nodes, min_prob=min_prob, max_tokens=max_tokens)
         width, max_nodes, min_prob = _tree_args(width, max_nodes, min_prob)
         limit = d._limit(max_tokens)
         seq = self.ids(i)

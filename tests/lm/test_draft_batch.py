@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import make_index
 from infinigram_hf.lm.draft_batch import BatchDrafts, DraftBatch
-from infinigram_hf.lm.drafter import Draft, InfiniGramDrafter
+from infinigram_hf.lm.drafter import _NONE, Draft, InfiniGramDrafter
 
 SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -22,17 +22,20 @@ def _cut(d: Draft, w: int) -> Draft:
     return Draft(d.tokens[:w], d.source, d.match_len, d.counts[:w], d.totals[:w])
 
 
-def run_both(drafter: InfiniGramDrafter, prompts, texts, steps: int, rng: np.random.Generator,
-             room: bool = True) -> None:
-    """Drive the same rows through both APIs; the "model" accepts a random prefix of each draft
-    and then a token of the row's text (rows finish at random and leave the batch)."""
+def run_both(make, prompts, texts, steps: int, rng: np.random.Generator, room: bool = True) -> None:
+    """Drive the same rows through both APIs (two drafters from `make`); the "model" accepts a
+    random prefix of each draft and then a token of the row's text; some rows are not drafted
+    for in a step (no room left); rows finish at random and leave the batch."""
+    drafter, twin = make(), make()
     rows = [drafter.start(p) for p in prompts]
-    batch = DraftBatch(drafter, prompts)
+    batch = DraftBatch(twin, prompts)
     live = list(range(len(prompts)))  # original row of each batch row
     for step in range(steps):
         limits = rng.integers(0, drafter.max_draft + 2, len(live)) if room else None
-        per = [drafter.draft_row(rows[b], None if limits is None else int(limits[r])) for r, b in enumerate(live)]
-        got = batch.draft(limits)
+        skip = rng.random(len(live)) < 0.2
+        per = [_NONE if skip[r] else drafter.draft_row(rows[b], None if limits is None else int(limits[r]))
+               for r, b in enumerate(live)]
+        got = batch.draft(limits, skip=skip)
         for r, b in enumerate(live):
             want = per[r]
             have = got.row(r)
@@ -40,7 +43,7 @@ def run_both(drafter: InfiniGramDrafter, prompts, texts, steps: int, rng: np.ran
             assert (have.tokens.tolist(), have.source, have.match_len) == \
                 (want.tokens.tolist(), want.source, want.match_len), what
             assert have.counts.tolist() == want.counts.tolist() and have.totals.tolist() == want.totals.tolist(), what
-            if rows[b].state is not None:
+            if rows[b].state is not None and not skip[r]:
                 assert batch.states[r].tolist() == rows[b].state.tolist(), what
         w = drafter.step_width([rows[b] for b in live], per)
         assert batch.width(got) == w, f"step {step} width"
@@ -58,6 +61,7 @@ def run_both(drafter: InfiniGramDrafter, prompts, texts, steps: int, rng: np.ran
         for r, b in enumerate(live):
             assert batch.ids(r).tolist() == rows[b].ids.tolist(), f"step {step} ids {b}"
             assert batch.accepted[r].tolist() == rows[b].accepted and batch.rejected[r].tolist() == rows[b].rejected
+        assert twin.stats == drafter.stats, f"step {step} stats"
         if len(live) > 1 and rng.random() < 0.3:  # some rows finish
             keep = sorted(rng.choice(len(live), rng.integers(1, len(live)), replace=False).tolist())
             batch.select(keep)
@@ -92,8 +96,8 @@ def test_batch_equals_rows(case, scratch_dir):
     room = max((len(d) for d in docs), default=0) + 1
     ix = make_index(docs, scratch_dir, vocab_size=vocab, max_shard_tokens=None if shard is None else max(shard, room))
     try:
-        drafter = InfiniGramDrafter(ix, eos_token_id=0, **options)
-        run_both(drafter, prompts, texts, 8, np.random.default_rng(seed), room=bool(seed % 2))
+        run_both(lambda: InfiniGramDrafter(ix, eos_token_id=0, **options), prompts, texts, 8, np.random.default_rng(seed),
+                 room=bool(seed % 2))
     finally:
         ix.close()
 
@@ -107,8 +111,8 @@ def test_batch_over_a_difference_and_lookup_only(tmp_path):
     texts = [rng.integers(0, 6, 10).tolist() for _ in prompts]
     try:
         for index in (full, full.difference(sub)):
-            run_both(InfiniGramDrafter(index, eos_token_id=0, min_match=1), prompts, texts, 12, rng)
-        run_both(InfiniGramDrafter(None), prompts, texts, 12, rng)
+            run_both(lambda: InfiniGramDrafter(index, eos_token_id=0, min_match=1), prompts, texts, 12, rng)
+        run_both(lambda: InfiniGramDrafter(None), prompts, texts, 12, rng)
     finally:
         full.close()
         sub.close()
@@ -116,10 +120,9 @@ def test_batch_over_a_difference_and_lookup_only(tmp_path):
 
 def test_batch_grows_its_buffer_and_keeps_long_rows(tmp_path):
     ix = make_index([[1, 2, 3] * 100], tmp_path, vocab_size=5)
-    drafter = InfiniGramDrafter(ix, max_draft=16, match_ratio=0)
     rng = np.random.default_rng(0)
     try:
-        run_both(drafter, [[1, 2], [3] * 70], [[3, 1, 2]] * 2, 40, rng)  # 2 x 70 + 40 x 17 > 140 columns
+        run_both(lambda: InfiniGramDrafter(ix, max_draft=16, match_ratio=0), [[1, 2], [3] * 70], [[3, 1, 2]] * 2, 40, rng)  # 2 x 70 + 40 x 17 > 140 columns
     finally:
         ix.close()
 
