@@ -175,10 +175,7 @@ def perplexity_child(pkg_root: str, batch: int, doc_len: int, out_path: str) -> 
     times, arrays = {}, {}
     for dist in (False, True):
         t0 = time.process_time()
-        if hasattr(ppl, "infgram_features_batch"):
-            res = ppl.infgram_features_batch(ix, docs, distributions=dist)
-        else:
-            res = [ppl.infgram_features(ix, d, distributions=dist) for d in docs]
+        res = [ppl.infgram_features(ix, d, distributions=dist) for d in docs]  # as token_scores calls it
         times[f"dist{int(dist)}"] = time.process_time() - t0
         flat = [np.concatenate([r[k] for r in res]).tolist() for k in range(3)]
         flat += [np.concatenate([r[3][name] for r in res]).tolist() for name in sorted(res[0][3])]
