@@ -17,6 +17,8 @@ since the last draft and drafts (`ig_draft_step`, infinigram_draft.h), and each 
 length adapts to how well that source's drafts were accepted lately. When neither source
 matches well the draft is empty and the loop runs a plain one-token step, so text the index
 knows nothing about costs (almost) nothing. `tree` proposes several continuations at once.
+A batched loop holds its rows in a `DraftBatch` (draft_batch.py) instead: the same rules, one C
+call per step for all rows (`ig_draft_step_batch`), no Python per row.
 
 Example:
     >>> drafter = InfiniGramDrafter(index, max_draft=8)             # doctest: +SKIP

@@ -134,6 +134,10 @@ def test_batch_arguments_are_checked(tmp_path):
         batch.states = batch.states[:1]  # a states array of the wrong size is refused by C
         with pytest.raises(ValueError, match="states"):
             batch.draft()
+        batch = DraftBatch(InfiniGramDrafter(ix), [[1, 2], [2, 3, 1]])
+        batch.states[1, 2] = 10**6  # a forged state: the message names its row
+        with pytest.raises(ValueError, match="row 1"):
+            batch.draft()
     finally:
         ix.close()
 
