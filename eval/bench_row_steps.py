@@ -26,9 +26,9 @@ every document given its full prefix) over --batch held-out documents cut to --d
 CPU per token scored, with and without the distribution features. The arrays of the two engines
 are compared (must be equal).
 
-Each round runs one engine in a child process (the base package is exported with git archive and
-uses the working tree's compiled core, which only gained calls), engines alternating (base, new,
-new, base, ...). A round's drafter figure is the median over steps 2.. (step 1 is reported
+Each round runs one engine in a child process (the base package and its C core are exported
+with git archive and built in a temporary directory), engines alternating (base, new, new,
+base, ...). A round's drafter figure is the median over steps 2.. (step 1 is reported
 apart); the table gives the median over rounds. Results: eval/results/row_steps_<mode>.json.
 """
 from __future__ import annotations
@@ -184,13 +184,15 @@ def perplexity_child(pkg_root: str, batch: int, doc_len: int, out_path: str) -> 
 
 
 def export_base(base: str, tmp: str) -> str:
+    """The base commit's package with its own compiled core (built here: the C API version
+    differs, so the working tree's core would be refused)."""
     base_root = Path(tmp) / "base"
     base_root.mkdir()
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", base, "infinigram_hf"], check=True,
-                         capture_output=True).stdout
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", base, "infinigram_hf", "native", "setup.py",
+                          "pyproject.toml"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(base_root)], input=tar, check=True)
-    for so in (ROOT / "infinigram_hf" / "_core").glob("_lib*.so"):
-        (base_root / "infinigram_hf" / "_core" / so.name).write_bytes(so.read_bytes())
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=base_root, check=True,
+                   stdout=subprocess.DEVNULL)
     return str(base_root)
 
 
