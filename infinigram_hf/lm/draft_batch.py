@@ -131,13 +131,13 @@ class DraftBatch:
             np.clip(np.broadcast_to(np.asarray(max_tokens, dtype=np.int64), (n,)), 0, d.max_draft)
         skip = np.zeros(n, dtype=bool) if skip is None else np.asarray(skip, dtype=bool)
         limit = np.ascontiguousarray(np.where(skip, 0, limit), dtype=np.int64)
-        pending = self.pending
-        self.pending = np.where(skip, pending, 0)  # (what the call below is told: where(skip, 0, pending))
+        # the tokens each state catches up with now; skipped rows keep theirs for a later step
+        new = np.ascontiguousarray(np.where(skip, 0, self.pending), dtype=np.int64)
+        self.pending = np.where(skip, self.pending, 0)
         caps = self.caps()
         n_out = np.zeros(n, dtype=np.int64)
         match = np.zeros(n, dtype=np.int64)
         src = np.zeros(n, dtype=np.intc)
-        new = np.ascontiguousarray(pending - self.pending)
         if type(d).draft_row is not InfiniGramDrafter.draft_row:  # a drafter with its own per-row rule
             self._draft_own(new, limit, skip, n_out, match, src)
         elif d._remote:
