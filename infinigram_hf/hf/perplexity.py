@@ -149,10 +149,10 @@ def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: n
         pos = np.arange(lo, hi)
         lens = suffix_len[lo:hi].astype(np.int64)
         starts = pos - lens
-        flat = np.concatenate([seq[s:p] for s, p in zip(starts.tolist(), pos.tolist())]) if lens.sum() \
-            else np.zeros(0, np.int64)
         offs = np.zeros(len(pos) + 1, np.int64)
         offs[1:] = np.cumsum(lens)
+        # every context seq[starts[i]:pos[i]] in one gather (no Python per position)
+        flat = np.asarray(seq)[np.repeat(starts - offs[:-1], lens) + np.arange(offs[-1])].astype(np.int64, copy=False)
         d = index.infgram_ntd_batch(flat, offsets=offs, infinite=False)
         width = np.diff(d.offsets)
         distinct[lo:hi] = width

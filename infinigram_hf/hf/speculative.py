@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from . import kv_cache
+from ..lm.draft_batch import NONE, BatchDrafts, DraftBatch
 from ..lm.drafter import Draft, DraftTree, InfiniGramDrafter
 from ..index import InfiniGramIndex
 
@@ -291,9 +292,11 @@ class _Loop:
         self.gen: list[list[int]] = [[] for _ in range(n_rows)]
         done = [self.max_new <= 0] * n_rows
         positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
-        self.next_pos = [int(positions[b, -1]) for b in range(n_rows)]
-        self.last = [int(t) for t in self.input_ids[:, -1].tolist()]
-        self.rows = [self.drafter.start(self.input_ids[b][self.mask[b]].cpu().numpy()) for b in range(n_rows)]
+        self.next_pos = positions[:, -1].cpu().numpy().astype(np.int64)
+        self.last = self.input_ids[:, -1].cpu().numpy().astype(np.int64)
+        self.n_gen = np.zeros(n_rows, dtype=np.int64)
+        # the drafting state of the active rows, in their order (DraftBatch: one C call per step)
+        self.rows = DraftBatch(self.drafter, [self.input_ids[b][self.mask[b]].cpu().numpy() for b in range(n_rows)])
         cache = self._new_cache()
         cache_kw = {_cache_keyword(model): cache}
         t_model = t_draft = 0.0
@@ -308,16 +311,22 @@ class _Loop:
         if len(active) < n_rows:
             cache.batch_select_indices(torch.tensor(active, device=dev))
             kv_mask = kv_mask[active]
+            self.rows.select(active)
         steps, drafted, accepted = 0, 0, 0
         row_steps = np.zeros(n_rows, dtype=np.int64)
         while active:
             t0 = time.perf_counter()
-            plans = [self._plan(b) for b in active]
-            if not self.tree:  # one width for the step: a batch pays for its longest draft
-                w = self.drafter.step_width([self.rows[b] for b in active], [d for d, _ in plans])
-                plans = [(d, n) if n <= w else (_cut(d, w), w) for d, n in plans]
+            act = np.asarray(active, dtype=np.int64)
+            room = self.max_new - self.n_gen[act] - 1  # the model's own next token always comes
+            if self.tree:
+                plans = [self._plan_tree(r, int(room[r])) for r in range(len(active))]
+                drafts = None
+            else:  # one C call for all rows; one width for the step: a batch pays for its longest draft
+                drafts = self.rows.draft(np.maximum(room, 0), skip=room <= 0)
+                drafts = drafts.cut(self.rows.width(drafts))
+                plans = _LinearPlans(drafts)
             t_draft += time.perf_counter() - t0
-            chunk, pos, parents, q = self._chunk(active, plans)
+            chunk, pos, parents, q = self._chunk(act, plans) if self.tree else self._chunk_linear(act, drafts)
             t0 = time.perf_counter()
             L = kv_cache.cache_len(cache)
             if self.tree and q > 1:
@@ -334,25 +343,46 @@ class _Loop:
             steps += 1
             keep_idx, n_keep, finished = [], [], []
             t0 = time.perf_counter()
-            for r, b in enumerate(active):
-                row_steps[b] += 1
-                path, new = self._accept(plans[r], parents[r], picks[r])
-                if isinstance(plans[r][0], Draft):
-                    self.drafter.feedback(self.rows[b], plans[r][0], len(path))
-                drafted += plans[r][1]
-                accepted += len(path)
-                new, stop = self._truncate(b, new)
+            row_steps[act] += 1
+            if drafts is not None:  # the accepted lengths of all rows at once
+                m = _accepted_lengths(drafts, picks)
+                k = np.arange(len(active))
+                grown = np.zeros((len(active), drafts.tokens.shape[1] + 1), dtype=np.int64)
+                grown[:, :drafts.tokens.shape[1]] = drafts.tokens
+                grown[k, m] = picks[k, m]  # then the model's own token
+                drafted += int(drafts.lengths.sum())
+                accepted += int(m.sum())
+                self.rows.feedback(drafts, m)
+                new_rows = [g[:j + 1].tolist() for g, j in zip(grown, m.tolist())]
+            else:
+                grown, m = None, None
+                paths_new = [self._accept(plans[r], parents[r], picks[r]) for r in range(len(active))]
+                no_draft = np.array([isinstance(p, Draft) for p, _ in plans], dtype=bool)
+                lengths = np.zeros(len(active), dtype=np.int64)
+                self.rows.feedback(_no_drafts(len(active)), lengths, where=no_draft)
+                drafted += sum(n for _, n in plans)
+                accepted += sum(len(p) for p, _ in paths_new)
+                new_rows = [nw for _, nw in paths_new]
+            for r, b in enumerate(active):  # the model's side: stopping, streaming, the output
+                new, stop = self._truncate(b, new_rows[r])
                 self.gen[b].extend(new)
+                self.n_gen[b] += len(new)
                 if self.streamer is not None and new:
                     self.streamer.put(torch.tensor([new], dtype=self.input_ids.dtype))
-                self.drafter.append(self.rows[b], new)
-                self.last[b] = new[-1] if new else self.last[b]
+                if new:
+                    self.last[b] = new[-1]
                 self.next_pos[b] += len(new)
-                keep_idx.append([0] + path)
-                n_keep.append(len(path) + 1)
                 if stop:
                     done[b] = True
                     finished.append(r)
+            if grown is not None:  # rows that stop leave the batch below: what they append is moot
+                self.rows.append(grown, m + 1)
+                n_keep = (m + 1).tolist()
+                keep_idx = None
+            else:
+                self.rows.append(_padded(new_rows), [len(nw) for nw in new_rows])
+                keep_idx = [[0] + p for p, _ in paths_new]
+                n_keep = [len(k) for k in keep_idx]
             t_draft += time.perf_counter() - t0
             # Cache: keep each row's fed last token + accepted path; drop the rest of the step.
             width = max(n_keep)
@@ -370,6 +400,7 @@ class _Loop:
                     break
                 cache.batch_select_indices(torch.tensor(stay, device=dev))
                 kv_mask = kv_mask[stay]
+                self.rows.select(stay)
             kv_mask = kv_cache.drop_leading(cache, kv_mask)
             kv_mask = kv_cache.compact(cache, kv_mask)
         if self.streamer is not None:
@@ -386,18 +417,26 @@ class _Loop:
 
     # ------------------------------------------------------------ drafting
 
-    def _plan(self, b: int) -> tuple[Any, int]:
-        """Row b's draft (a Draft or DraftTree) and its node count, within the row's budget."""
-        room = self.max_new - len(self.gen[b]) - 1  # the model's own next token always comes
+    def _plan_tree(self, r: int, room: int) -> tuple[Any, int]:
+        """Active row r's token tree and its node count, within the row's budget."""
         if room <= 0:
             return _NO_DRAFT, 0
-        if self.tree:
-            t = self.drafter.tree_row(self.rows[b], max_tokens=room, **self.tree_options)
-            return t, len(t)
-        d = self.drafter.draft_row(self.rows[b], room)
-        return d, len(d)
+        t = self.rows.tree(r, max_tokens=room, **self.tree_options)
+        return t, len(t)
 
-    def _chunk(self, active: list, plans: list) -> tuple[torch.Tensor, torch.Tensor, list, int]:
+    def _chunk_linear(self, active: np.ndarray, drafts: Any) -> tuple[torch.Tensor, torch.Tensor, None, int]:
+        """`_chunk` for plain drafts, from arrays: per row the last token then its draft (padded
+        with the last token); position ids; no parents (each column's parent is the one before)."""
+        q = 1 + (int(drafts.lengths.max()) if len(drafts.lengths) else 0)
+        toks = np.repeat(self.last[active][:, None], q, axis=1)
+        body = toks[:, 1:]
+        fill = np.arange(q - 1) < drafts.lengths[:, None]
+        body[fill] = drafts.tokens[:, :q - 1][fill]  # (a step's drafts are cut to its widest)
+        pos = self.next_pos[active][:, None] + np.arange(q)
+        dev = self.device
+        return torch.from_numpy(toks).to(dev), torch.from_numpy(pos).to(dev), None, q
+
+    def _chunk(self, active: Any, plans: list) -> tuple[torch.Tensor, torch.Tensor, list, int]:
         """Step input: per row the last token then its draft nodes (padded with the last token);
         position ids; per row the node parents (chunk indices, -1 for column 0)."""
         q = 1 + max(n for _, n in plans)
@@ -528,8 +567,40 @@ class _Loop:
         return out
 
 
-def _cut(draft: Draft, w: int) -> Draft:
-    return Draft(draft.tokens[:w], draft.source, draft.match_len, draft.counts[:w], draft.totals[:w])
+class _LinearPlans:
+    """A step's plain drafts (BatchDrafts) read as the per-row plans (Draft, node count) that
+    `_process` walks (only with logits processors: they run per verified position anyway)."""
+
+    def __init__(self, drafts: BatchDrafts):
+        self.drafts = drafts
+
+    def __len__(self) -> int:
+        return len(self.drafts.lengths)
+
+    def __getitem__(self, r: int) -> tuple[Draft, int]:
+        return self.drafts.row(r), int(self.drafts.lengths[r])
+
+
+def _accepted_lengths(drafts: BatchDrafts, picks: np.ndarray) -> np.ndarray:
+    """Per row, how many draft tokens the model's picks confirm (the longest agreeing prefix)."""
+    width = picks.shape[1] - 1
+    agree = (picks[:, :width] == drafts.tokens[:, :width]) & (np.arange(width) < drafts.lengths[:, None])
+    return np.cumprod(agree, axis=1).sum(axis=1).astype(np.int64)
+
+
+def _no_drafts(n: int) -> BatchDrafts:
+    """n rows without a draft (their feedback lets both sources' rates recover)."""
+    z = np.zeros((n, 0), dtype=np.int64)
+    return BatchDrafts(z, np.zeros(n, dtype=np.int64), np.full(n, NONE, dtype=np.int8), np.zeros(n, dtype=np.int64),
+                       z.astype(np.uint64), z.astype(np.uint64))
+
+
+def _padded(rows: list) -> np.ndarray:
+    """Lists of ids as one zero-padded 2-D array."""
+    out = np.zeros((len(rows), max((len(r) for r in rows), default=0)), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
 
 
 def _cache_keyword(model: Any) -> str:

@@ -17,6 +17,8 @@ since the last draft and drafts (`ig_draft_step`, infinigram_draft.h), and each 
 length adapts to how well that source's drafts were accepted lately. When neither source
 matches well the draft is empty and the loop runs a plain one-token step, so text the index
 knows nothing about costs (almost) nothing. `tree` proposes several continuations at once.
+A batched loop holds its rows in a `DraftBatch` (draft_batch.py) instead: the same rules, one C
+call per step for all rows (`ig_draft_step_batch`), no Python per row.
 
 Example:
     >>> drafter = InfiniGramDrafter(index, max_draft=8)             # doctest: +SKIP
@@ -450,12 +452,18 @@ class InfiniGramDrafter:
         longest = max((len(d) for d in drafts), default=0)
         if not self.adaptive or longest == 0:
             return longest
-        b, c = len(drafts), self.verify_cost
+        rates = np.array([self.rate(r, d.source) for r, d in zip(rows, drafts)], dtype=np.float64)
+        return self.best_width(rates, np.array([len(d) for d in drafts], dtype=np.int64))
+
+    def best_width(self, rates: np.ndarray, lengths: np.ndarray) -> int:
+        """`step_width` from arrays: each row's acceptance rate of its draft's source and its
+        draft's length (one implementation for the per-row and the batch API: same widths)."""
+        longest = int(lengths.max()) if len(lengths) else 0
+        b, c = len(lengths), self.verify_cost
         cb = c * b / (1.0 + c * (b - 1))
-        rates = [self.rate(r, d.source) for r, d in zip(rows, drafts)]
         best_w, best, gain = 0, float(b), 0.0
         for w in range(1, longest + 1):
-            gain += sum(a ** w for a, d in zip(rates, drafts) if len(d) >= w)
+            gain += float(np.power(rates[lengths >= w], w).sum())
             value = (b + gain) / (1.0 + cb * w)
             if value > best:
                 best_w, best = w, value

@@ -123,6 +123,28 @@ int ig_draft_step(const ig_index *ix, int64_t *state, int64_t state_len, const i
                   int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
                   uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen);
 
+/* One decoding step for n rows at once: ig_draft_step for every row, the loop in C (threads as in
+   infinigram_batch.h). Row i is seqs[i * seq_stride .. + lens[i]) (0 <= lens[i] <= seq_stride), its
+   last n_new[i] tokens new, its state states[i * state_len ..] (n_state_values = n * state_len;
+   updated in place; ignored, and may be NULL with 0 values, where ig_draft_step ignores it), at
+   most max_tokens[i] tokens, caps[2 i] / caps[2 i + 1] its ∞-gram / lookup caps (caps NULL: those
+   of p). Its draft goes to out[i * out_stride ..] (counts, totals alike; may be NULL), with
+   n_out[i], match_len[i], source_out[i]; out_stride must hold min(max_tokens[i], p->max_draft).
+   Every row's answer equals ig_draft_step's. On an error the states and outputs may be partly
+   written (the message names the first row that failed). */
+int ig_draft_step_batch(const ig_index *ix, int64_t *states, int64_t n_state_values, const int64_t *seqs,
+                        int64_t seq_stride, const int64_t *lens, const int64_t *n_new, int64_t n,
+                        const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps, int64_t *out,
+                        uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out, int64_t *match_len,
+                        int *source_out, int n_threads, char *err, size_t errlen);
+
+/* The adaptive draft caps of a decoding loop (InfiniGramDrafter's rule), for n rows: with a
+   per-token acceptance rate a = accepted[i] / (accepted[i] + rejected[i]) (1 when both are 0),
+   caps[i] = max_draft when a >= 0.999, 0 when a <= verify_cost, else
+   min(max_draft, (int64_t)(log(verify_cost) / log(a))). */
+void ig_draft_adaptive_caps(const double *accepted, const double *rejected, int64_t n, int64_t max_draft,
+                            double verify_cost, int64_t *caps);
+
 /* ------------------------------------------------------------------ drafts over a difference */
 
 /* The same calls over an index difference, plus minus minus (infinigram_diff.h): every count is
@@ -140,6 +162,11 @@ int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *sta
                        const int64_t *seq, int64_t n, int64_t n_new, const ig_draft_params *p, int64_t max_tokens,
                        int64_t *out, uint64_t *counts, uint64_t *totals, int64_t *n_out, int64_t *match_len,
                        int *source_out, char *err, size_t errlen);
+int ig_diff_draft_step_batch(const ig_index *plus, const ig_index *minus, int64_t *states, int64_t n_state_values,
+                             const int64_t *seqs, int64_t seq_stride, const int64_t *lens, const int64_t *n_new,
+                             int64_t n, const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps,
+                             int64_t *out, uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out,
+                             int64_t *match_len, int *source_out, int n_threads, char *err, size_t errlen);
 int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
                         int64_t max_tokens, uint64_t min_count, double min_share, double min_joint, int64_t eos_id,
                         uint32_t *tokens, uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err,

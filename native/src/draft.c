@@ -7,10 +7,13 @@
  * themselves are written once.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "state_internal.h"
 #include "diff_internal.h"
+#include "parallel.h"
 
 typedef struct {
     uint32_t tok;
@@ -683,6 +686,124 @@ int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *sta
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_step(&x, state, state_len, seq, n, n_new, p, max_tokens, out, counts, totals, n_out,
                                 match_len, source_out, err, errlen);
+}
+
+/* ---------------------------------------------------------------- many rows at once */
+
+typedef struct {
+    const dsrc *x;
+    int64_t *states;
+    int64_t state_len;
+    const int64_t *seqs, *lens, *n_new, *max_tokens, *caps;
+    int64_t seq_stride, out_stride;
+    const ig_draft_params *p;
+    int64_t *out, *n_out, *match_len;
+    uint64_t *counts, *totals;
+    int *source_out;
+    pthread_mutex_t mu; /* guards the first failure below */
+    int64_t bad_row;
+    char msg[256];
+} step_job;
+
+static int step_work(void *ctx, int tid, int64_t begin, int64_t end) {
+    step_job *j = ctx;
+    (void)tid;
+    for (int64_t i = begin; i < end; i++) {
+        dsrc x = *j->x; /* its own failure flag per row */
+        ig_draft_params p = *j->p;
+        if (j->caps) {
+            p.infgram_cap = j->caps[2 * i];
+            p.lookup_cap = j->caps[2 * i + 1];
+        }
+        int64_t o = i * j->out_stride;
+        char e[256];
+        e[0] = 0;
+        int rc = draft_step(&x, j->states ? j->states + i * j->state_len : NULL, j->state_len,
+                            j->seqs + i * j->seq_stride, j->lens[i], j->n_new[i], &p, j->max_tokens[i], j->out + o,
+                            j->counts ? j->counts + o : NULL, j->totals ? j->totals + o : NULL, j->n_out + i,
+                            j->match_len + i, j->source_out + i, e, sizeof e);
+        if (rc) {
+            pthread_mutex_lock(&j->mu);
+            if (j->bad_row < 0 || i < j->bad_row) {
+                j->bad_row = i;
+                snprintf(j->msg, sizeof j->msg, "%s", e);
+            }
+            pthread_mutex_unlock(&j->mu);
+            return rc;
+        }
+    }
+    return IG_OK;
+}
+
+static int draft_step_batch(const dsrc *x, int64_t *states, int64_t n_state_values, const int64_t *seqs,
+                            int64_t seq_stride, const int64_t *lens, const int64_t *n_new, int64_t n,
+                            const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps, int64_t *out,
+                            uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out,
+                            int64_t *match_len, int *source_out, int n_threads, char *err, size_t errlen) {
+    if (n < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative number of rows");
+    if (!p) return ig_fail(err, errlen, IG_ERR_ARG, "NULL params");
+    int use_inf = x->P != NULL && p->source != IG_DRAFT_LOOKUP;
+    int64_t size = use_inf ? src_state_size(x) : 0;
+    if (use_inf && n > INT64_MAX / size) return ig_fail(err, errlen, IG_ERR_ARG, "too many rows");
+    int rc = use_inf ? ig_check_state_len(n_state_values, n * size, "states", x->M ? "difference" : "index", err,
+                                          errlen) : IG_OK;
+    if (rc || n == 0) return rc;
+    if (use_inf && !states) return ig_fail(err, errlen, IG_ERR_ARG, "NULL states");
+    if (!seqs || !lens || !n_new || !max_tokens || !out || !n_out || !match_len || !source_out)
+        return ig_fail(err, errlen, IG_ERR_ARG, "NULL argument");
+    if (seq_stride < 0 || out_stride < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative stride");
+    for (int64_t i = 0; i < n; i++) {
+        int64_t m = max_tokens[i] < p->max_draft ? max_tokens[i] : p->max_draft;
+        if (lens[i] < 0 || lens[i] > seq_stride || n_new[i] < 0 || n_new[i] > lens[i])
+            return ig_fail(err, errlen, IG_ERR_ARG, "row %lld: bad lengths (len %lld, n_new %lld, stride %lld)",
+                           (long long)i, (long long)lens[i], (long long)n_new[i], (long long)seq_stride);
+        if (m > out_stride)
+            return ig_fail(err, errlen, IG_ERR_ARG, "row %lld: the output holds %lld tokens per row, the draft may "
+                           "take %lld", (long long)i, (long long)out_stride, (long long)m);
+    }
+    step_job j = {x, use_inf ? states : NULL, size, seqs, lens, n_new, max_tokens, caps, seq_stride, out_stride, p,
+                  out, n_out, match_len, counts, totals, source_out, PTHREAD_MUTEX_INITIALIZER, -1, ""};
+    rc = ig_parallel_for(n, ig_resolve_threads(n_threads, n, 64), 16, step_work, &j);
+    pthread_mutex_destroy(&j.mu);
+    if (!rc) return IG_OK;
+    if (j.bad_row < 0) return ig_fail(err, errlen, rc, "out of memory");
+    return ig_fail(err, errlen, rc, "row %lld: %s", (long long)j.bad_row, j.msg);
+}
+
+int ig_draft_step_batch(const ig_index *ix, int64_t *states, int64_t n_state_values, const int64_t *seqs,
+                        int64_t seq_stride, const int64_t *lens, const int64_t *n_new, int64_t n,
+                        const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps, int64_t *out,
+                        uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out, int64_t *match_len,
+                        int *source_out, int n_threads, char *err, size_t errlen) {
+    dsrc x = src_of(ix, NULL);
+    return draft_step_batch(&x, states, n_state_values, seqs, seq_stride, lens, n_new, n, p, max_tokens, caps, out,
+                            counts, totals, out_stride, n_out, match_len, source_out, n_threads, err, errlen);
+}
+
+int ig_diff_draft_step_batch(const ig_index *plus, const ig_index *minus, int64_t *states, int64_t n_state_values,
+                             const int64_t *seqs, int64_t seq_stride, const int64_t *lens, const int64_t *n_new,
+                             int64_t n, const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps,
+                             int64_t *out, uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out,
+                             int64_t *match_len, int *source_out, int n_threads, char *err, size_t errlen) {
+    dsrc x;
+    int rc = diff_src(plus, minus, &x, err, errlen);
+    return rc ? rc : draft_step_batch(&x, states, n_state_values, seqs, seq_stride, lens, n_new, n, p, max_tokens,
+                                      caps, out, counts, totals, out_stride, n_out, match_len, source_out, n_threads,
+                                      err, errlen);
+}
+
+void ig_draft_adaptive_caps(const double *accepted, const double *rejected, int64_t n, int64_t max_draft,
+                            double verify_cost, int64_t *caps) {
+    for (int64_t i = 0; i < n; i++) {
+        double acc = accepted[i], rej = rejected[i];
+        double a = acc + rej > 0 ? acc / (acc + rej) : 1.0;
+        if (a >= 0.999) caps[i] = max_draft;
+        else if (a <= verify_cost) caps[i] = 0;
+        else {
+            int64_t c = (int64_t)(log(verify_cost) / log(a)); /* as Python's int(): toward zero */
+            caps[i] = c < max_draft ? c : max_draft;
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- best-first trees */

@@ -117,6 +117,87 @@ static void test_draft_steps(const ref_corpus *c, ig_index *ix) {
                   IG_ERR_ARG && strstr(err, "matched suffix holds"), "boundary inside the matched suffix: %s", err);
 }
 
+/* ig_draft_step_batch against ig_draft_step row by row: rows of different lengths in a strided
+   buffer, growing by different numbers of tokens per step (boundaries among them), per-row
+   limits and caps, sources that use the state or not, 1 and 3 threads; then refused arguments. */
+static void test_draft_step_batch(const ref_corpus *c, ig_index *ix) {
+    enum { ROWS = 7, STRIDE = 160, MAXD = 6 };
+    int64_t size = ig_state_size(ix), eos = c->vocab > 3 ? 3 : 0;
+    int64_t seqs[ROWS * STRIDE], lens[ROWS], n_new[ROWS], limits[ROWS], caps[2 * ROWS];
+    int64_t *st = malloc((size_t)(ROWS * size) * sizeof *st), *one = malloc((size_t)(ROWS * size) * sizeof *one);
+    uint64_t x = 11;
+    for (int64_t i = 0; i < ROWS * STRIDE; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        seqs[i] = x % 29 == 0 ? eos : x % 37 == 0 ? (int64_t)c->vocab + 1 : (int64_t)c->ids[(i * 3) % c->offsets[c->n_docs]];
+    }
+    for (int src = IG_DRAFT_LONGEST; src <= IG_DRAFT_LOOKUP; src++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            ig_draft_params p = {MAXD, 1, src == IG_DRAFT_LONGEST ? 2.0 : 0.0, 1, 0.1, 0.0, 1, 32, src, eos, -1, -1};
+            for (int r = 0; r < ROWS; r++) {
+                lens[r] = 0;
+                CHECK(ig_state_init(ix, NULL, 0, st + r * size, size, err, sizeof err) == IG_OK, "%s", err);
+            }
+            memcpy(one, st, (size_t)(ROWS * size) * sizeof *st);
+            for (int step = 0; step < 20; step++) {
+                for (int r = 0; r < ROWS; r++) {
+                    n_new[r] = (r + step) % 5 == 4 ? 0 : 1 + (r * step) % 7;
+                    if (lens[r] + n_new[r] > STRIDE) n_new[r] = STRIDE - lens[r];
+                    lens[r] += n_new[r];
+                    limits[r] = (r + step) % 4 == 0 ? 2 : 100;
+                    caps[2 * r] = (r + step) % 3 - 1;
+                    caps[2 * r + 1] = (r + 2 * step) % 3 - 1;
+                }
+                int64_t out[ROWS * MAXD], n_out[ROWS], match[ROWS];
+                uint64_t cnt[ROWS * MAXD], tot[ROWS * MAXD];
+                int source[ROWS];
+                int rc = ig_draft_step_batch(ix, st, ROWS * size, seqs, STRIDE, lens, n_new, ROWS, &p, limits, caps,
+                                             out, cnt, tot, MAXD, n_out, match, source, threads, err, sizeof err);
+                CHECK(rc == IG_OK, "draft_step_batch: %s", err);
+                for (int r = 0; r < ROWS && rc == IG_OK; r++) {
+                    ig_draft_params q = p;
+                    q.infgram_cap = caps[2 * r];
+                    q.lookup_cap = caps[2 * r + 1];
+                    int64_t o[MAXD], no, m;
+                    uint64_t cn[MAXD], tt[MAXD];
+                    int so;
+                    CHECK(ig_draft_step(ix, one + r * size, size, seqs + r * STRIDE, lens[r], n_new[r], &q, limits[r],
+                                        o, cn, tt, &no, &m, &so, err, sizeof err) == IG_OK, "draft_step: %s", err);
+                    int same = no == n_out[r] && m == match[r] && so == source[r];
+                    for (int64_t i = 0; same && i < no; i++)
+                        same = o[i] == out[r * MAXD + i] && cn[i] == cnt[r * MAXD + i] && tt[i] == tot[r * MAXD + i];
+                    if (src != IG_DRAFT_LOOKUP) same = same && !memcmp(one + r * size, st + r * size, (size_t)size * 8);
+                    CHECK(same, "source %d, %d threads, step %d, row %d: batch differs from the row alone", src,
+                          threads, step, r);
+                }
+            }
+        }
+    /* refused: a row longer than the stride, n_new above the length, outputs too narrow, states short */
+    ig_draft_params p = {MAXD, 1, 0.0, 1, 0.0, 0.0, 1, 32, IG_DRAFT_LONGEST, eos, -1, -1};
+    int64_t out[ROWS * MAXD], n_out[ROWS], match[ROWS], len1[1] = {STRIDE + 1}, new1[1] = {0}, lim[1] = {MAXD};
+    int source[ROWS];
+    CHECK(ig_draft_step_batch(ix, st, size, seqs, STRIDE, len1, new1, 1, &p, lim, NULL, out, NULL, NULL, MAXD, n_out,
+                              match, source, 1, err, sizeof err) == IG_ERR_ARG && strstr(err, "row 0"), "%s", err);
+    len1[0] = 2;
+    new1[0] = 3;
+    CHECK(ig_draft_step_batch(ix, st, size, seqs, STRIDE, len1, new1, 1, &p, lim, NULL, out, NULL, NULL, MAXD, n_out,
+                              match, source, 1, err, sizeof err) == IG_ERR_ARG, "n_new > len: %s", err);
+    new1[0] = 0;
+    CHECK(ig_draft_step_batch(ix, st, size, seqs, STRIDE, len1, new1, 1, &p, lim, NULL, out, NULL, NULL, MAXD - 1,
+                              n_out, match, source, 1, err, sizeof err) == IG_ERR_ARG, "narrow output: %s", err);
+    CHECK(ig_draft_step_batch(ix, st, size - 1, seqs, STRIDE, len1, new1, 1, &p, lim, NULL, out, NULL, NULL, MAXD,
+                              n_out, match, source, 1, err, sizeof err) == IG_ERR_ARG, "short states: %s", err);
+    st[2] = -5; /* a forged state: the worker's failure names the row */
+    CHECK(ig_draft_step_batch(ix, st, size, seqs, STRIDE, len1, new1, 1, &p, lim, NULL, out, NULL, NULL, MAXD, n_out,
+                              match, source, 1, err, sizeof err) == IG_ERR_ARG && strstr(err, "row 0: state"), "%s", err);
+    double acc[3] = {1.2, 0.0, 3.0}, rej[3] = {0.8, 0.0, 0.001};
+    int64_t cp[3];
+    ig_draft_adaptive_caps(acc, rej, 3, 8, 0.05, cp);
+    CHECK(cp[0] == 5 && cp[1] == 8 && cp[2] == 8, "adaptive caps %lld %lld %lld", (long long)cp[0], (long long)cp[1],
+          (long long)cp[2]);
+    free(st);
+    free(one);
+}
+
 /* ------------------------------------------------------------------ drafts over a difference */
 
 /* The documents d of c with (d % 3 == 0) == removed, as a one-shard corpus written as `name`. */
@@ -663,6 +744,7 @@ int main(void) {
         test_batches(&c, ix);
         test_arguments(&c, ix);
         test_draft_steps(&c, ix);
+        test_draft_step_batch(&c, ix);
         test_diff_drafts(&c, ix, name);
         ig_close(ix);
         if (k != 1) test_damaged_files(&c);
