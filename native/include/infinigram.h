@@ -46,7 +46,7 @@ extern "C" {
 /* The version of this API: raised whenever a declaration or a constant of these headers
    changes, so that a program (the Python package included) can refuse a core built from other
    headers. ig_api_version() is the IG_API_VERSION the library was compiled with. */
-#define IG_API_VERSION 5
+#define IG_API_VERSION 6
 int ig_api_version(void);
 
 #define IG_OK 0
