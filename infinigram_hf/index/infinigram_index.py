@@ -215,9 +215,9 @@ class InfiniGramIndex:
         official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
                              token_width=token_width)
         if subtract is not None:  # the result owns both indexes
-            full = cls.open(path, **official_args, cache_dir=cache_dir)
+            full = cls.open(path, **official_args, cache_dir=cache_dir, parallel_shards=parallel_shards)
             try:
-                removed = cls.open(subtract)
+                removed = cls.open(subtract, parallel_shards=parallel_shards)
             except BaseException:
                 full.close()
                 raise

@@ -329,36 +329,66 @@ static int64_t merge_lists(const uint32_t *t1, const uint64_t *c1, int64_t n1, c
     return n;
 }
 
+/* One shard's walk of a multi-shard distribution, into its own part of the scratch. */
+typedef struct {
+    const ig_index *ix;
+    const ig_range *rs;
+    int64_t d;
+    uint32_t *t;  /* all shards' parts, shard i's at at[i] */
+    uint64_t *c;
+    int64_t *at;  /* n_shards + 1 offsets; shard i may hold at[i + 1] - at[i] entries */
+    int64_t *m;   /* per shard: its walk's length */
+} ntd_walk_step;
+
+static void ntd_walk_one(void *ctx, int i) {
+    ntd_walk_step *s = ctx;
+    int64_t a = s->at[i];
+    s->m[i] = s->rs[i].hi > s->rs[i].lo ? ig_walk_range(&s->ix->shards[i], s->ix->token_width, s->rs[i], s->d,
+                                                        s->t + a, s->c + a, s->at[i + 1] - a) : 0;
+}
+
 /* Distribution at depth d over per-shard ranges, summed over shards. */
 int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks,
                       uint64_t *cnts, int64_t cap, int64_t *n_out, char *err, size_t errlen) {
-    int w = ix->token_width;
-    if (ix->n_shards == 1) {
+    int w = ix->token_width, ns = ix->n_shards;
+    if (ns == 1) {
         int64_t n = ig_walk_range(&ix->shards[0], w, rs[0], d, toks, cnts, cap);
         *n_out = n;
         return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
     }
-    /* Several shards: walk each into scratch, merge into the output. A valid index has at most
-       min(vocab_size + 1, occurrences) distinct next tokens: size the buffers by that, not by the
-       vocabulary (2^32 entries for a 32-bit one). More entries only come from corrupt files. */
-    int64_t occ = 0;
-    for (int i = 0; i < ix->n_shards; i++) occ += rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
-    int64_t full = (int64_t)ix->vocab_size + 2; /* (+1: an official shard's two end-of-document runs) */
+    /* Several shards: walk each into its own scratch (at once when the index is cold:
+       shard_pool.h), then merge them in shard order into the output. A valid index has at most
+       min(vocab_size + 1, occurrences) distinct next tokens, in all and in each shard: size the
+       buffers by that, not by the vocabulary (2^32 entries for a 32-bit one). More entries only
+       come from corrupt files. */
+    int64_t vmax = (int64_t)ix->vocab_size + 2; /* (+1: an official shard's two end-of-document runs) */
+    int64_t occ = 0, *at = malloc(((size_t)ns + 1) * sizeof *at), *m = malloc((size_t)ns * sizeof *m);
+    int rc = at && m ? IG_OK : ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    for (int i = 0; at && i < ns; i++) {
+        int64_t o = rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
+        at[i] = occ; /* (occ here: the parts so far) */
+        occ += o < vmax ? o : vmax;
+    }
+    if (at) at[ns] = occ;
+    int64_t full = vmax; /* the merged distribution's bound */
     if (occ < full) full = occ > 0 ? occ : 1;
-    uint32_t *st = malloc((size_t)full * sizeof(uint32_t));     /* one shard's walk */
-    uint64_t *sc = malloc((size_t)full * sizeof(uint64_t));
+    uint32_t *st = malloc((size_t)(occ > 0 ? occ : 1) * sizeof(uint32_t)); /* every shard's walk */
+    uint64_t *sc = malloc((size_t)(occ > 0 ? occ : 1) * sizeof(uint64_t));
     uint32_t *mt = malloc((size_t)full * sizeof(uint32_t));     /* merged so far */
     uint64_t *mc = malloc((size_t)full * sizeof(uint64_t));
     uint32_t *tt = malloc((size_t)full * 2 * sizeof(uint32_t)); /* merge target */
     uint64_t *tc = malloc((size_t)full * 2 * sizeof(uint64_t));
-    int rc = IG_OK;
     int64_t n = 0;
-    if (!st || !sc || !mt || !mc || !tt || !tc) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < ix->n_shards && !rc; i++) {
+    if (!rc && (!st || !sc || !mt || !mc || !tt || !tc)) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        ntd_walk_step step = {ix, rs, d, st, sc, at, m};
+        ig_each_shard(ix, ntd_walk_one, &step);
+    }
+    for (int i = 0; i < ns && !rc; i++) {
         if (rs[i].hi <= rs[i].lo) continue;
-        int64_t m = ig_walk_range(&ix->shards[i], w, rs[i], d, st, sc, full);
-        if (m <= full) n = merge_lists(mt, mc, n, st, sc, m, tt, tc);
-        if (m > full || n > full) {
+        int64_t room = at[i + 1] - at[i];
+        if (m[i] <= room) n = merge_lists(mt, mc, n, st + at[i], sc + at[i], m[i], tt, tc);
+        if (m[i] > room || n > full) {
             rc = ig_fail(err, errlen, IG_ERR_FORMAT, "shard %d: suffix array or tokens are corrupt", i);
             break;
         }
@@ -369,7 +399,7 @@ int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *t
         memcpy(toks, mt, (size_t)n * sizeof *toks);
         memcpy(cnts, mc, (size_t)n * sizeof *cnts);
     }
-    free(st); free(sc); free(mt); free(mc); free(tt); free(tc);
+    free(st); free(sc); free(mt); free(mc); free(tt); free(tc); free(at); free(m);
     if (rc) return rc;
     *n_out = n;
     return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import built_index, make_index
+from infinigram_hf import InfiniGramIndex
 from infinigram_hf._core.native import lib
 
 SETTINGS = settings(max_examples=int(os.environ.get("IG_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
@@ -162,3 +163,25 @@ def test_forked_child_gets_a_working_pool(four_shards) -> None:
         assert answers(ix, qs, ts) == want
     finally:
         ix.parallel_shards = "auto"
+
+
+def test_difference_index_on_the_pool(tmp_path) -> None:
+    """A difference's ntd merges each side's shards (ig_ntd_ranges) on the pool as well."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(0, 30, size=int(rng.integers(20, 200))).tolist() for _ in range(50)]
+    full = make_index(docs, tmp_path / "full", vocab_size=30, max_shard_tokens=2000)
+    sub = make_index(docs[::5], tmp_path / "sub", vocab_size=30, max_shard_tokens=800)
+    paths = (full.paths[0], sub.paths[0])
+    full.close()
+    sub.close()
+    qs = [d[i:i + k] for d in docs[1::7] for i, k in ((0, 1), (3, 2), (5, 12))]
+    got = {}
+    for mode in (False, True):
+        diff = InfiniGramIndex.open(paths[0], subtract=paths[1], parallel_shards=mode)
+        try:
+            assert diff.index.parallel_shards is mode and diff.removed.parallel_shards is mode
+            got[mode] = [(diff.count(q), sorted(diff.infgram_ntd(q).as_dict().items())) for q in qs]
+            assert (pool_steps(diff.index) > 0) == mode
+        finally:
+            diff.close()
+    assert got[True] == got[False]
