@@ -115,6 +115,7 @@ class InfiniGramIndex:
         self.paths = list(paths)
         self.meta = metas[0]
         self._metas = metas
+        self._shard_mode: Union[bool, str] = "auto"
         self._ix = None
         self._lock = threading.Lock()  # serializes close()
         self._given_tokenizer: Any = None  # from_pretrained / open(tokenizer=): see `tokenizer`
@@ -174,7 +175,8 @@ class InfiniGramIndex:
              subtract: Union[PathLike, Sequence[PathLike], None] = None, *,
              verify: bool = False, vocab_size: Optional[int] = None, eos_token_id: Optional[int] = None,
              tokenizer: Any = None, token_width: Optional[int] = None,
-             cache_dir: Optional[PathLike] = None) -> "Union[InfiniGramIndex, DifferenceIndex]":
+             cache_dir: Optional[PathLike] = None,
+             parallel_shards: Union[bool, str] = "auto") -> "Union[InfiniGramIndex, DifferenceIndex]":
         """Open an index directory, or a list of them as one index whose counts add up, or an
         index served by `infinigram-hf serve` (``http://host:port/NAME``: a `RemoteIndex`).
 
@@ -197,6 +199,11 @@ class InfiniGramIndex:
         first open when missing, refused when stale. With it the smoothed InfiniGramLM,
         count-of-counts and `difference()` work on the official files too, and short contexts
         are answered from the precomputed cache; nothing is written into the official directory.
+
+        `parallel_shards` (an index of several shards): "auto" searches the shards at once, on a
+        thread per shard kept by the index, while its files are being read from the device (cold)
+        and one after another while they are cached; True / False always / never. Answers are
+        the same either way (see `parallel_shards` below and docs/PERFORMANCE.md).
         """
         if isinstance(path, str) and path.split("://", 1)[0].lower() in ("http", "https") and "://" in path:
             if subtract is not None:
@@ -208,9 +215,9 @@ class InfiniGramIndex:
         official_args = dict(vocab_size=vocab_size, eos_token_id=eos_token_id, tokenizer=tokenizer,
                              token_width=token_width)
         if subtract is not None:  # the result owns both indexes
-            full = cls.open(path, **official_args, cache_dir=cache_dir)
+            full = cls.open(path, **official_args, cache_dir=cache_dir, parallel_shards=parallel_shards)
             try:
-                removed = cls.open(subtract)
+                removed = cls.open(subtract, parallel_shards=parallel_shards)
             except BaseException:
                 full.close()
                 raise
@@ -239,6 +246,11 @@ class InfiniGramIndex:
                     raise
             else:
                 if [_identity(p) for p in paths] == before:
+                    try:
+                        index.parallel_shards = parallel_shards
+                    except BaseException:
+                        index.close()
+                        raise
                     return index if tokenizer is None else cls._given(index, tokenizer)
                 index.close()
                 if time.monotonic() > deadline:
@@ -412,7 +424,7 @@ class InfiniGramIndex:
         pickle -- and so `datasets`' fingerprint of a function using the index -- change when the
         index is rebuilt, and stay the same across processes otherwise."""
         digest = hashlib.sha256(json.dumps(self._metas, sort_keys=True, default=str).encode()).hexdigest()
-        return _reopen, ([str(p) for p in self.paths], digest)
+        return _reopen, ([str(p) for p in self.paths], digest, self._shard_mode)
 
     def close(self) -> None:
         """Close the index: queries started from now on raise; queries already running in
@@ -433,6 +445,23 @@ class InfiniGramIndex:
             self.close()
         except Exception:
             pass
+
+    _SHARD_MODES = {"auto": "IG_SHARDS_AUTO", True: "IG_SHARDS_PARALLEL", False: "IG_SHARDS_SERIAL"}
+
+    @property
+    def parallel_shards(self) -> Union[bool, str]:
+        """How a query steps through the shards: "auto" (on a thread per shard while the index
+        is cold, else one after another), True (always on the threads) or False (never). The
+        answers do not depend on it. Settable; kept when the index is pickled."""
+        return self._shard_mode
+
+    @parallel_shards.setter
+    def parallel_shards(self, mode: Union[bool, str]) -> None:
+        if not any(mode is k or (isinstance(k, str) and mode == k) for k in self._SHARD_MODES):
+            raise ValueError(f'parallel_shards must be "auto", True or False, got {mode!r}')
+        with self.native_handle() as ix:
+            check(lib.ig_set_shard_mode(ix, getattr(lib, self._SHARD_MODES[mode])), err_buffer())
+        self._shard_mode = mode
 
     @property
     def closed(self) -> bool:
@@ -836,7 +865,7 @@ def as_index(index: Any, name: str = "index") -> Any:
                      f"got {type(index).__name__}")
 
 
-def _reopen(paths: list, digest: str) -> "InfiniGramIndex":
+def _reopen(paths: list, digest: str, parallel_shards: Union[bool, str] = "auto") -> "InfiniGramIndex":
     """Unpickle an index: open its directories again (`digest` only marks the build)."""
-    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else paths)
+    return InfiniGramIndex.open(paths[0] if len(paths) == 1 else paths, parallel_shards=parallel_shards)
 

@@ -50,6 +50,20 @@ int ig_open_official_at(ig_index **out, const int *shard_dirfds, const char *con
 int ig_index_has_official(const ig_index *ix);
 void ig_close(ig_index *ix);
 
+/* How a query steps through the shards of a multi-shard index. AUTO (the default): one after
+   another while the index is warm; all at once, on a pool of one thread per shard kept by the
+   index (started at the first need, joined by ig_close), while its steps are slow enough to be
+   reading the device (cold). PARALLEL: always on the pool; SERIAL: never. Answers are the same
+   in every mode. ig_set_shard_mode returns IG_OK or IG_ERR_ARG (an unknown mode). */
+#define IG_SHARDS_SERIAL 0
+#define IG_SHARDS_PARALLEL 1
+#define IG_SHARDS_AUTO 2
+int ig_set_shard_mode(ig_index *ix, int mode);
+int ig_get_shard_mode(const ig_index *ix);
+/* Steps (one search, narrowing or walk over every shard) run on the pool so far: shows whether
+   and how often AUTO chose it. */
+int64_t ig_shard_pool_steps(const ig_index *ix);
+
 typedef struct {
     int token_width;
     uint32_t vocab_size;

@@ -52,11 +52,14 @@ int64_t ig_count_fast(const ig_index *ix, const uint32_t *q, int64_t len) {
     if (!ix || len < 0 || (len > 0 && !q)) return IG_ERR_ARG;
     for (int64_t i = 0; i < len; i++)
         if (q[i] >= ix->vocab_size) return IG_ERR_ARG;
-    uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
-        c += (uint64_t)(r.hi - r.lo);
+    if (ix->n_shards == 1) {
+        ig_range r = ig_find_in_shard(&ix->shards[0], ix->token_width, q, len);
+        return r.hi - r.lo;
     }
+    ig_scratch sc;
+    if (ig_scratch_init(&sc, ix->n_shards, NULL, 0)) return IG_ERR_NOMEM;
+    uint64_t c = ig_find_all(ix, q, len, sc.a); /* (the shards at once when cold) */
+    ig_scratch_free(&sc);
     return (int64_t)c;
 }
 

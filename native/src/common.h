@@ -76,9 +76,12 @@ typedef struct {
     int64_t *uni_key_rank;   /* official: first rank of each unigram entry (entries sorted by id, ranks by key) */
 } ig_shard;
 
+struct ig_shard_pool; /* shard_pool.h */
+
 struct ig_index {
     int n_shards;
     ig_shard *shards;
+    struct ig_shard_pool *pool; /* threads for cold multi-shard steps (NULL: one shard) */
     int token_width;
     uint32_t vocab_size, separator;
     uint64_t num_tokens, num_docs;

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "ntd_cache.h"
 #include "official.h"
+#include "shard_pool.h"
 
 /* Map file `name` of the shard directory dirfd (named `dir` in messages); see files.c. */
 static int map_file(const ig_shard *s, ig_map *m, int dirfd, const char *dir, const char *name, char *err, size_t errlen) {
@@ -287,6 +288,7 @@ int ig_open_official_at(ig_index **out, const int *shard_dirfds, const char *con
         ix->num_docs += (uint64_t)ix->shards[i].num_docs;
     }
     ix->separator = ig_sep_for_width(ix->token_width);
+    ix->pool = ig_shard_pool_new(n_shards); /* (no threads until a cold step needs them) */
     *out = ix;
     return IG_OK;
 }
@@ -324,6 +326,7 @@ int ig_open(ig_index **out, const char *const *shard_dirs, int n_shards, char *e
 
 void ig_close(ig_index *ix) {
     if (!ix) return;
+    ig_shard_pool_free(ix->pool); /* (its threads are stopped and joined first) */
     for (int i = 0; i < ix->n_shards; i++) ig_close_shard(&ix->shards[i]);
     free(ix->shards);
     free(ix);

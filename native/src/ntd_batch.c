@@ -11,6 +11,7 @@
 #include "batch_internal.h"
 #include "ntd_cache.h"
 #include "parallel.h"
+#include "shard_pool.h"
 #include "state_internal.h"
 
 typedef struct {
@@ -113,22 +114,59 @@ static int merge_tc(const tc_buf *a, const tc_buf *b, tc_buf *out) {
 }
 
 typedef struct {
-    tc_buf one, acc, tmp;
+    tc_buf acc, tmp;
+    tc_buf *per; /* per shard: its walk (allocated at the first multi-shard row) */
+    int *per_rc, *per_approx;
 } ntd_scratch;
 
-/* Append the distribution of the context with per-shard ranges rs at depth d to out. */
+static void ntd_scratch_free(ntd_scratch *sc, int n_shards) {
+    tc_free(&sc->acc);
+    tc_free(&sc->tmp);
+    for (int i = 0; sc->per && i < n_shards; i++) tc_free(&sc->per[i]);
+    free(sc->per);
+    free(sc->per_rc);
+    free(sc->per_approx);
+}
+
+typedef struct {
+    const ig_index *ix;
+    const ig_range *rs;
+    int64_t d, stride;
+    ntd_scratch *sc;
+} walk_step;
+
+static void walk_one(void *ctx, int i) {
+    walk_step *w = ctx;
+    w->sc->per[i].n = 0;
+    w->sc->per_approx[i] = 0;
+    w->sc->per_rc[i] = walk_into(w->ix, &w->ix->shards[i], w->rs[i], w->d, w->stride, &w->sc->per[i],
+                                 &w->sc->per_approx[i]);
+}
+
+/* Append the distribution of the context with per-shard ranges rs at depth d to out. Several
+   shards are walked each into its own buffer (at once when the index is cold: shard_pool.h),
+   then merged in shard order. */
 static int collect_ntd(const ig_index *ix, const ig_range *rs, int64_t d, uint64_t total, int64_t max_support,
                        tc_buf *out, ntd_scratch *sc, int *approx) {
     int64_t stride = max_support > 0 && total > (uint64_t)max_support
                          ? (int64_t)((total + (uint64_t)max_support - 1) / (uint64_t)max_support) : 0;
     *approx = 0;
-    if (ix->n_shards == 1) return walk_into(ix, &ix->shards[0], rs[0], d, stride, out, approx);
+    int ns = ix->n_shards;
+    if (ns == 1) return walk_into(ix, &ix->shards[0], rs[0], d, stride, out, approx);
+    if (!sc->per) {
+        sc->per = calloc((size_t)ns, sizeof *sc->per);
+        sc->per_rc = calloc((size_t)ns, sizeof *sc->per_rc);
+        sc->per_approx = calloc((size_t)ns, sizeof *sc->per_approx);
+        if (!sc->per || !sc->per_rc || !sc->per_approx) return IG_ERR_NOMEM; /* (freed with the scratch) */
+    }
+    walk_step w = {ix, rs, d, stride, sc};
+    ig_each_shard(ix, walk_one, &w);
     sc->acc.n = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        if (rs[i].hi <= rs[i].lo) continue;
-        sc->one.n = 0;
-        int rc = walk_into(ix, &ix->shards[i], rs[i], d, stride, &sc->one, approx);
-        if (!rc) rc = merge_tc(&sc->acc, &sc->one, &sc->tmp);
+    for (int i = 0; i < ns; i++) {
+        if (sc->per_rc[i]) return sc->per_rc[i];
+        *approx |= sc->per_approx[i];
+        if (!sc->per[i].n) continue;
+        int rc = merge_tc(&sc->acc, &sc->per[i], &sc->tmp);
         if (rc) return rc;
         tc_buf t = sc->acc;
         sc->acc = sc->tmp;
@@ -215,11 +253,7 @@ static int run_job(ntd_job *j, int64_t n, int n_threads, ig_ntd_batch **out, cha
     j->b = b;
     j->sc = sc;
     int rc = ig_parallel_for(n, threads, 1, ntd_work, j);
-    for (int t = 0; t < threads; t++) {
-        tc_free(&sc[t].one);
-        tc_free(&sc[t].acc);
-        tc_free(&sc[t].tmp);
-    }
+    for (int t = 0; t < threads; t++) ntd_scratch_free(&sc[t], j->ix->n_shards);
     free(sc);
     if (rc) {
         ig_ntd_batch_free(b);

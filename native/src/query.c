@@ -9,6 +9,7 @@
 #include "query_internal.h"
 #include "ntd_cache.h"
 #include "backoff.h"
+#include "shard_pool.h"
 
 /* ---------------------------------------------------------------- argument checks */
 
@@ -158,13 +159,29 @@ ig_range ig_find_in_shard(const ig_shard *s, int w, const uint32_t *q, int64_t l
     return r;
 }
 
-/* Ranges of q in every shard; returns the total count. */
+/* Ranges of q in every shard (at once while the index is cold: shard_pool.h); returns the
+   total count. */
+typedef struct {
+    const ig_index *ix;
+    const uint32_t *q;
+    int64_t len;
+    ig_range *out;
+} find_step;
+
+static void find_one(void *ctx, int i) {
+    find_step *f = ctx;
+    f->out[i] = ig_find_in_shard(&f->ix->shards[i], f->ix->token_width, f->q, f->len);
+}
+
 uint64_t ig_find_all(const ig_index *ix, const uint32_t *q, int64_t len, ig_range *out) {
-    uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        out[i] = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
-        c += (uint64_t)(out[i].hi - out[i].lo);
+    if (ix->n_shards == 1) {
+        out[0] = ig_find_in_shard(&ix->shards[0], ix->token_width, q, len);
+        return (uint64_t)(out[0].hi - out[0].lo);
     }
+    find_step f = {ix, q, len, out};
+    ig_each_shard(ix, find_one, &f);
+    uint64_t c = 0;
+    for (int i = 0; i < ix->n_shards; i++) c += (uint64_t)(out[i].hi - out[i].lo);
     return c;
 }
 
@@ -189,11 +206,14 @@ int ig_find(const ig_index *ix, const uint32_t *q, int64_t len, int64_t *lo, int
             char *err, size_t errlen) {
     int rc = ig_check_ids(ix, q, len, "find", err, errlen);
     if (rc) return rc;
+    ig_scratch sc;
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    ig_find_all(ix, q, len, sc.a);
     for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
-        lo[i] = r.lo;
-        hi[i] = r.hi;
+        lo[i] = sc.a[i].lo;
+        hi[i] = sc.a[i].hi;
     }
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -201,12 +221,10 @@ int ig_count(const ig_index *ix, const uint32_t *q, int64_t len, uint64_t *count
              size_t errlen) {
     int rc = ig_check_ids(ix, q, len, "count", err, errlen);
     if (rc) return rc;
-    uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        ig_range r = ig_find_in_shard(&ix->shards[i], ix->token_width, q, len);
-        c += (uint64_t)(r.hi - r.lo);
-    }
-    *count = c;
+    ig_scratch sc;
+    if ((rc = ig_scratch_init(&sc, ix->n_shards, err, errlen))) return rc;
+    *count = ig_find_all(ix, q, len, sc.a);
+    ig_scratch_free(&sc);
     return IG_OK;
 }
 
@@ -311,36 +329,66 @@ static int64_t merge_lists(const uint32_t *t1, const uint64_t *c1, int64_t n1, c
     return n;
 }
 
+/* One shard's walk of a multi-shard distribution, into its own part of the scratch. */
+typedef struct {
+    const ig_index *ix;
+    const ig_range *rs;
+    int64_t d;
+    uint32_t *t;  /* all shards' parts, shard i's at at[i] */
+    uint64_t *c;
+    int64_t *at;  /* n_shards + 1 offsets; shard i may hold at[i + 1] - at[i] entries */
+    int64_t *m;   /* per shard: its walk's length */
+} ntd_walk_step;
+
+static void ntd_walk_one(void *ctx, int i) {
+    ntd_walk_step *s = ctx;
+    int64_t a = s->at[i];
+    s->m[i] = s->rs[i].hi > s->rs[i].lo ? ig_walk_range(&s->ix->shards[i], s->ix->token_width, s->rs[i], s->d,
+                                                        s->t + a, s->c + a, s->at[i + 1] - a) : 0;
+}
+
 /* Distribution at depth d over per-shard ranges, summed over shards. */
 int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *toks,
                       uint64_t *cnts, int64_t cap, int64_t *n_out, char *err, size_t errlen) {
-    int w = ix->token_width;
-    if (ix->n_shards == 1) {
+    int w = ix->token_width, ns = ix->n_shards;
+    if (ns == 1) {
         int64_t n = ig_walk_range(&ix->shards[0], w, rs[0], d, toks, cnts, cap);
         *n_out = n;
         return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
     }
-    /* Several shards: walk each into scratch, merge into the output. A valid index has at most
-       min(vocab_size + 1, occurrences) distinct next tokens: size the buffers by that, not by the
-       vocabulary (2^32 entries for a 32-bit one). More entries only come from corrupt files. */
-    int64_t occ = 0;
-    for (int i = 0; i < ix->n_shards; i++) occ += rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
-    int64_t full = (int64_t)ix->vocab_size + 2; /* (+1: an official shard's two end-of-document runs) */
+    /* Several shards: walk each into its own scratch (at once when the index is cold:
+       shard_pool.h), then merge them in shard order into the output. A valid index has at most
+       min(vocab_size + 1, occurrences) distinct next tokens, in all and in each shard: size the
+       buffers by that, not by the vocabulary (2^32 entries for a 32-bit one). More entries only
+       come from corrupt files. */
+    int64_t vmax = (int64_t)ix->vocab_size + 2; /* (+1: an official shard's two end-of-document runs) */
+    int64_t occ = 0, *at = malloc(((size_t)ns + 1) * sizeof *at), *m = malloc((size_t)ns * sizeof *m);
+    int rc = at && m ? IG_OK : ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    for (int i = 0; at && i < ns; i++) {
+        int64_t o = rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0;
+        at[i] = occ; /* (occ here: the parts so far) */
+        occ += o < vmax ? o : vmax;
+    }
+    if (at) at[ns] = occ;
+    int64_t full = vmax; /* the merged distribution's bound */
     if (occ < full) full = occ > 0 ? occ : 1;
-    uint32_t *st = malloc((size_t)full * sizeof(uint32_t));     /* one shard's walk */
-    uint64_t *sc = malloc((size_t)full * sizeof(uint64_t));
+    uint32_t *st = malloc((size_t)(occ > 0 ? occ : 1) * sizeof(uint32_t)); /* every shard's walk */
+    uint64_t *sc = malloc((size_t)(occ > 0 ? occ : 1) * sizeof(uint64_t));
     uint32_t *mt = malloc((size_t)full * sizeof(uint32_t));     /* merged so far */
     uint64_t *mc = malloc((size_t)full * sizeof(uint64_t));
     uint32_t *tt = malloc((size_t)full * 2 * sizeof(uint32_t)); /* merge target */
     uint64_t *tc = malloc((size_t)full * 2 * sizeof(uint64_t));
-    int rc = IG_OK;
     int64_t n = 0;
-    if (!st || !sc || !mt || !mc || !tt || !tc) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < ix->n_shards && !rc; i++) {
+    if (!rc && (!st || !sc || !mt || !mc || !tt || !tc)) rc = ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        ntd_walk_step step = {ix, rs, d, st, sc, at, m};
+        ig_each_shard(ix, ntd_walk_one, &step);
+    }
+    for (int i = 0; i < ns && !rc; i++) {
         if (rs[i].hi <= rs[i].lo) continue;
-        int64_t m = ig_walk_range(&ix->shards[i], w, rs[i], d, st, sc, full);
-        if (m <= full) n = merge_lists(mt, mc, n, st, sc, m, tt, tc);
-        if (m > full || n > full) {
+        int64_t room = at[i + 1] - at[i];
+        if (m[i] <= room) n = merge_lists(mt, mc, n, st + at[i], sc + at[i], m[i], tt, tc);
+        if (m[i] > room || n > full) {
             rc = ig_fail(err, errlen, IG_ERR_FORMAT, "shard %d: suffix array or tokens are corrupt", i);
             break;
         }
@@ -351,7 +399,7 @@ int ig_ntd_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t *t
         memcpy(toks, mt, (size_t)n * sizeof *toks);
         memcpy(cnts, mc, (size_t)n * sizeof *cnts);
     }
-    free(st); free(sc); free(mt); free(mc); free(tt); free(tc);
+    free(st); free(sc); free(mt); free(mc); free(tt); free(tc); free(at); free(m);
     if (rc) return rc;
     *n_out = n;
     return n > cap ? ig_fail(err, errlen, IG_ERR_CAPACITY, "need %lld entries", (long long)n) : IG_OK;
@@ -378,23 +426,54 @@ int ig_ntd(const ig_index *ix, const uint32_t *q, int64_t len, uint32_t *tokens,
 /* How many tokens before the occurrences ranked in rs match the prompt read backwards from
    p[start - 1]: the maximum over occurrences, at most cap. Every occurrence of a longer suffix of
    the prompt contains one of these occurrences, so this extends the match exactly. */
-static int64_t left_extension(const ig_index *ix, const ig_range *rs, const uint32_t *p, int64_t start,
-                              int64_t cap) {
+static int64_t left_extension_in(const ig_index *ix, int i, const ig_range *rs, const uint32_t *p, int64_t start,
+                                 int64_t cap) {
+    const ig_shard *s = &ix->shards[i];
     int w = ix->token_width;
     int64_t best = 0;
-    for (int i = 0; i < ix->n_shards && best < cap; i++) {
-        const ig_shard *s = &ix->shards[i];
-        for (int64_t r = rs[i].lo; r < rs[i].hi; r++) { /* independent loads: let them overlap */
-            int64_t pos = ig_sa(s, r); /* (no pointer below the array for position 0) */
-            if (pos > 0) __builtin_prefetch(s->tokens + (size_t)(pos - 1) * (size_t)w);
-        }
-        for (int64_t r = rs[i].lo; r < rs[i].hi && best < cap; r++) {
-            int64_t pos = ig_sa(s, r), k = 0; /* positions before 0 read as the separator */
-            while (k < cap && ig_tok(s, w, pos - 1 - k) == p[start - 1 - k]) k++;
-            if (k > best) best = k;
-        }
+    for (int64_t r = rs[i].lo; r < rs[i].hi; r++) { /* independent loads: let them overlap */
+        int64_t pos = ig_sa(s, r); /* (no pointer below the array for position 0) */
+        if (pos > 0) __builtin_prefetch(s->tokens + (size_t)(pos - 1) * (size_t)w);
+    }
+    for (int64_t r = rs[i].lo; r < rs[i].hi && best < cap; r++) {
+        int64_t pos = ig_sa(s, r), k = 0; /* positions before 0 read as the separator */
+        while (k < cap && ig_tok(s, w, pos - 1 - k) == p[start - 1 - k]) k++;
+        if (k > best) best = k;
     }
     return best;
+}
+
+typedef struct {
+    const ig_index *ix;
+    const ig_range *rs;
+    const uint32_t *p;
+    int64_t start, cap;
+    int64_t *best; /* per shard */
+} left_step;
+
+static void left_extension_one(void *ctx, int i) {
+    left_step *e = ctx;
+    e->best[i] = left_extension_in(e->ix, i, e->rs, e->p, e->start, e->cap);
+}
+
+/* The maximum over shards (each shard's own, so it does not matter which ran first). */
+static int64_t left_extension(const ig_index *ix, const ig_range *rs, const uint32_t *p, int64_t start,
+                              int64_t cap) {
+    int64_t stack[IG_STACK_SHARDS], out = 0;
+    int64_t *best = ix->n_shards <= IG_STACK_SHARDS ? stack : malloc((size_t)ix->n_shards * sizeof *best);
+    if (!best) { /* (out of memory: one shard after another) */
+        for (int i = 0; i < ix->n_shards && out < cap; i++) {
+            int64_t k = left_extension_in(ix, i, rs, p, start, cap);
+            if (k > out) out = k;
+        }
+        return out;
+    }
+    left_step e = {ix, rs, p, start, cap, best};
+    ig_each_shard(ix, left_extension_one, &e);
+    for (int i = 0; i < ix->n_shards; i++)
+        if (best[i] > out) out = best[i];
+    if (best != stack) free(best);
+    return out;
 }
 
 /* Longest suffix (<= max_len) of p[0..len) with a non-zero count; its ranges are left in `best`
@@ -450,46 +529,97 @@ int ig_infgram_suffix(const ig_index *ix, const uint32_t *prompt, int64_t len, i
     return IG_OK;
 }
 
-/* Sparse iff every occurrence of the context continues with one and the same token. */
-int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
-    int have = 0;
-    uint32_t t0 = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        if (rs[i].hi <= rs[i].lo) continue;
-        const ig_shard *s = &ix->shards[i];
-        uint32_t a = tok_rank(s, ix->token_width, rs[i].lo, d);
-        uint32_t b = tok_rank(s, ix->token_width, rs[i].hi - 1, d);
-        /* official: an end of document may rank first (the end of the file) and last */
-        if (s->official && a == ix->separator && rs[i].hi - rs[i].lo > 1 &&
-            tok_rank(s, ix->token_width, rs[i].lo + 1, d) != ix->separator)
-            return 0;
-        if (a != b || (have && a != t0)) return 0;
-        have = 1;
-        t0 = a;
+/* One shard's part of the sparse test: -1 when its range is empty, -2 when its occurrences
+   continue with different tokens, else the one token they all continue with. */
+static int64_t one_next_token(const ig_index *ix, int i, const ig_range *rs, int64_t d) {
+    if (rs[i].hi <= rs[i].lo) return -1;
+    const ig_shard *s = &ix->shards[i];
+    uint32_t a = tok_rank(s, ix->token_width, rs[i].lo, d);
+    uint32_t b = tok_rank(s, ix->token_width, rs[i].hi - 1, d);
+    /* official: an end of document may rank first (the end of the file) and last */
+    if (s->official && a == ix->separator && rs[i].hi - rs[i].lo > 1 &&
+        tok_rank(s, ix->token_width, rs[i].lo + 1, d) != ix->separator)
+        return -2;
+    return a == b ? (int64_t)a : -2;
+}
+
+/* Sparse iff every occurrence continues with one and the same token (given each shard's part). */
+static int sparse_of(const int64_t *next, int n) {
+    int64_t t0 = -1;
+    for (int i = 0; i < n; i++) {
+        if (next[i] == -1) continue;
+        if (next[i] == -2 || (t0 >= 0 && next[i] != t0)) return 0;
+        t0 = next[i];
     }
-    return have;
+    return t0 >= 0;
+}
+
+int ig_is_sparse(const ig_index *ix, const ig_range *rs, int64_t d) {
+    int64_t t0 = -1;
+    for (int i = 0; i < ix->n_shards; i++) { /* (stops at the first shard that decides) */
+        int64_t t = one_next_token(ix, i, rs, d);
+        if (t == -1) continue;
+        if (t == -2 || (t0 >= 0 && t != t0)) return 0;
+        t0 = t;
+    }
+    return t0 >= 0;
+}
+
+/* The range of context + t in shard i, from the context's range at depth d. */
+static ig_range extend_in(const ig_index *ix, int i, const ig_range *rs, int64_t d, uint32_t t) {
+    const ig_shard *s = &ix->shards[i];
+    if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) return ig_first_token_range(s, ix->token_width, t);
+    return rs[i].hi > rs[i].lo ? ig_narrow1(s, ix->token_width, rs[i], d, t) : rs[i];
+}
+
+typedef struct {
+    const ig_index *ix;
+    const ig_range *rs;
+    int64_t d;
+    uint32_t t;
+    ig_range *next;
+    int64_t *next_token; /* NULL, or per shard: one_next_token */
+} extend_step;
+
+static void extend_one(void *ctx, int i) {
+    extend_step *e = ctx;
+    e->next[i] = extend_in(e->ix, i, e->rs, e->d, e->t);
+    if (e->next_token) e->next_token[i] = one_next_token(e->ix, i, e->rs, e->d);
 }
 
 uint64_t ig_extend_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
+    extend_step e = {ix, rs, d, t, next, NULL};
+    if (ix->n_shards == 1) extend_one(&e, 0);
+    else ig_each_shard(ix, extend_one, &e);
     uint64_t c = 0;
-    for (int i = 0; i < ix->n_shards; i++) {
-        const ig_shard *s = &ix->shards[i];
-        if (d == 0 && rs[i].lo == 0 && rs[i].hi == s->num_tokens) next[i] = ig_first_token_range(s, ix->token_width, t);
-        else next[i] = rs[i].hi > rs[i].lo ? ig_narrow1(s, ix->token_width, rs[i], d, t) : rs[i];
-        c += (uint64_t)(next[i].hi - next[i].lo);
-    }
+    for (int i = 0; i < ix->n_shards; i++) c += (uint64_t)(next[i].hi - next[i].lo);
     return c;
 }
 
-/* count(context + token) and count(context) given the context's ranges at depth d. */
+/* count(context + token) and count(context) given the context's ranges at depth d: the
+   narrowing and the sparse test of a shard are one step (the sparse test reads two entries of
+   the same range, so a cold shard reads them together with its narrowing). */
 void ig_prob_from_ranges(const ig_index *ix, const ig_range *rs, int64_t d, uint32_t token,
                              ig_range *next, ig_prob *out) {
     uint64_t den = 0;
     for (int i = 0; i < ix->n_shards; i++) den += (uint64_t)(rs[i].hi - rs[i].lo);
-    out->count = ig_extend_ranges(ix, rs, d, token, next);
+    int64_t stack[IG_STACK_SHARDS];
+    int64_t *nt = ix->n_shards <= IG_STACK_SHARDS ? stack : malloc((size_t)ix->n_shards * sizeof *nt);
+    if (!nt) { /* (out of memory: the two steps apart) */
+        out->count = ig_extend_ranges(ix, rs, d, token, next);
+        out->sparse = ig_is_sparse(ix, rs, d);
+    } else {
+        extend_step e = {ix, rs, d, token, next, nt};
+        if (ix->n_shards == 1) extend_one(&e, 0);
+        else ig_each_shard(ix, extend_one, &e);
+        uint64_t c = 0;
+        for (int i = 0; i < ix->n_shards; i++) c += (uint64_t)(next[i].hi - next[i].lo);
+        out->count = c;
+        out->sparse = sparse_of(nt, ix->n_shards);
+        if (nt != stack) free(nt);
+    }
     out->prompt_count = den;
     out->suffix_len = d;
-    out->sparse = ig_is_sparse(ix, rs, d);
 }
 
 static int prob_common(const ig_index *ix, const uint32_t *prompt, int64_t len, uint32_t token,

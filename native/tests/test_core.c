@@ -1,7 +1,8 @@
 /* test_core.c - C-level tests of the engine, meant to run under AddressSanitizer and
  * UndefinedBehaviorSanitizer (native/tests/run.sh, `make native-test`):
  *
- *  - every query type against brute force on small corpora (widths 1, 2, 4; one and three shards);
+ *  - every query type against brute force on small corpora (widths 1, 2, 4; one and three shards;
+ *    several shards both one after another and on the shard pool);
  *  - batches and decoding states against the single calls, for several thread counts;
  *  - hostile arguments: NULLs, negative and huge lengths, forged states and offsets, NaN options
  *    (including the cases fuzzing found, see fuzz/regressions/);
@@ -742,6 +743,13 @@ int main(void) {
         printf("corpus %zu: width %d, vocab %u, %d shards\n", k, cases[k].width, cases[k].vocab, cases[k].shards);
         test_queries(&c, ix);
         test_batches(&c, ix);
+        if (cases[k].shards > 1) { /* the same checks with every step on the shard pool */
+            CHECK(ig_set_shard_mode(ix, IG_SHARDS_PARALLEL) == IG_OK, "parallel mode");
+            test_queries(&c, ix);
+            test_batches(&c, ix);
+            CHECK(ig_shard_pool_steps(ix) > 0, "the pool ran no step");
+            CHECK(ig_set_shard_mode(ix, IG_SHARDS_AUTO) == IG_OK, "auto mode");
+        }
         test_arguments(&c, ix);
         test_draft_steps(&c, ix);
         test_draft_step_batch(&c, ix);
