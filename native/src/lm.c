@@ -170,14 +170,6 @@ static inline ig_range narrow_small(ig_lm *lm, int shard, ig_range r, int64_t d,
     return (ig_range){a, b};
 }
 
-/* Shard s of row L + 1 (b) from row L (a) narrowed by t; its size. */
-static inline int64_t push_shard(ig_lm *lm, int s, const ig_range *a, ig_range *b, int64_t L, uint32_t t) {
-    if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
-    else if (L == 0) b[s] = ig_first_token_range(lm->shard[s], lm->w, t);
-    else b[s] = narrow_small(lm, s, a[s], L, t);
-    return b[s].hi - b[s].lo;
-}
-
 /* next row L + 1 = cur row L narrowed by t (L = 0..min(depth, cap)), next row 0 = all.
    Returns the deepest nonempty row of next: up to cap + 1, so that the count of the deepest
    context followed by t is there; callers clamp the new depth to cap. */
@@ -189,8 +181,13 @@ static int64_t rows_push(ig_lm *lm, const ig_range *cur, int64_t depth, ig_range
         const ig_range *a = cur + L * lm->S;
         ig_range *b = next + (L + 1) * lm->S;
         int64_t tot = 0; /* net: the index's shards add, the removed index's subtract */
-        for (int s = 0; s < lm->SP; s++) tot += push_shard(lm, s, a, b, L, t);
-        for (int s = lm->SP; s < lm->S; s++) tot -= push_shard(lm, s, a, b, L, t);
+        for (int s = 0; s < lm->S; s++) {
+            if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
+            else if (L == 0) b[s] = ig_first_token_range(lm->shard[s], lm->w, t);
+            else b[s] = narrow_small(lm, s, a[s], L, t);
+            int64_t size = b[s].hi - b[s].lo;
+            tot += s < lm->SP ? size : -size;
+        }
         if (tot < 0) lm->src.fail = IG_ERR_ARG;
         if (tot <= 0) break;
         nd = L + 1;

@@ -74,14 +74,23 @@ struct ig_lm {
 /* Range row L of a (maxc + 2) x S table. */
 static inline ig_range *lm_row(const ig_lm *lm, ig_range *rows, int64_t L) { return rows + L * lm->S; }
 
-/* Net occurrences over a row (a negative count records the failure and reads as 0). */
+/* Net occurrences over a row (a negative count records the failure and reads as 0). The LM's
+   ranges are never inverted, so no clamping per shard (ig_src_total's) on this hot path. */
 static inline uint64_t rows_total(ig_lm *lm, const ig_range *rs) {
-    int64_t t = ig_src_total(&lm->src, rs);
+    int64_t t = 0;
+    for (int s = 0; s < lm->SP; s++) t += rs[s].hi - rs[s].lo;
+    for (int s = lm->SP; s < lm->S; s++) t -= rs[s].hi - rs[s].lo;
     if (t < 0) {
         lm->src.fail = IG_ERR_ARG;
         return 0;
     }
     return (uint64_t)t;
+}
+
+/* Occurrences in a row of both indexes together (what a scan of it costs): over an index, its
+   net total `net`. */
+static inline int64_t rows_gross(const ig_lm *lm, const ig_range *rs, uint64_t net) {
+    return lm->src.M ? ig_src_gross(&lm->src, rs) : (int64_t)net;
 }
 
 /* Whether the removed index has occurrences in the row (only then can net counts differ from

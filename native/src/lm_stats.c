@@ -181,7 +181,7 @@ static uint64_t scan_nleft(ig_lm *lm, const ig_range *rs) {
 uint64_t ig_lm_nleft(ig_lm *lm, const ig_range *rs, int64_t d) {
     uint64_t tot = rows_total(lm, rs);
     if (tot <= 1) return tot;
-    if (ig_src_gross(&lm->src, rs) <= LM_TINY) return scan_nleft(lm, rs);
+    if (rows_gross(lm, rs, tot) <= LM_TINY) return scan_nleft(lm, rs);
     int32_t shard = 0;
     int64_t lo = 0;
     key_of(lm, rs, &shard, &lo);
@@ -208,23 +208,25 @@ static void compute_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *st
         for (int s = 0; s < lm->S; s++) {
             const ig_shard *sh = lm->shard[s];
             ig_range c = lm->child[s];
-            int sign = s < lm->SP ? 1 : -1;
             if (one.cnt) {
+                int sign = s < lm->SP ? 1 : -1;
                 for (int64_t r = c.lo; r < c.hi; r++) {
                     uint32_t left = left_slot(lm, sh, r);
                     tally_add(&one, left, sign);
                     tally_add(&all, left, sign);
                 }
+                net += sign * (c.hi - c.lo);
+                gross += c.hi - c.lo;
             } else { /* over an index: the stamps alone (smoothing's hottest loop, kept as it was) */
                 for (int64_t r = c.lo; r < c.hi; r++) {
                     uint32_t left = left_slot(lm, sh, r);
                     tally_mark(&one, left);
                     tally_mark(&all, left);
                 }
+                net += c.hi - c.lo;
             }
-            net += sign * (c.hi - c.lo);
-            gross += c.hi - c.lo;
         }
+        if (!one.cnt) gross = net;
         if (net < 0 || one.neg) lm->src.fail = IG_ERR_ARG;
         if (net <= 0) continue; /* every occurrence removed: not a continuation */
         uint64_t raw = (uint64_t)net, nl = one.n;
@@ -252,8 +254,9 @@ static void compute_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *st
 }
 
 void ig_lm_context_stats(ig_lm *lm, const ig_range *rs, int64_t d, lm_stats *out) {
-    int64_t tot = ig_src_gross(&lm->src, rs);
-    if (tot == 1 && rows_total(lm, rs) == 1) { /* one occurrence: one continuation, or the end of its document */
+    uint64_t net = rows_total(lm, rs);
+    int64_t tot = rows_gross(lm, rs, net);
+    if (tot == 1 && net == 1) { /* one occurrence: one continuation, or the end of its document */
         memset(out, 0, sizeof *out);
         out->nleft = 1;
         for (int s = 0; s < lm->S; s++)
