@@ -177,19 +177,19 @@ static int64_t rows_push(ig_lm *lm, const ig_range *cur, int64_t depth, ig_range
                          int64_t cap) {
     row_full(lm, next);
     int64_t top = depth < cap ? depth : cap, nd = 0;
+    const int S = lm->S, diff = lm->src.M != NULL;
     for (int64_t L = 0; L <= top; L++) {
-        const ig_range *a = cur + L * lm->S;
-        ig_range *b = next + (L + 1) * lm->S;
-        int64_t tot = 0; /* net: the index's shards add, the removed index's subtract */
-        for (int s = 0; s < lm->S; s++) {
+        const ig_range *a = cur + L * S;
+        ig_range *b = next + (L + 1) * S;
+        uint64_t tot = 0;
+        for (int s = 0; s < S; s++) {
             if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
             else if (L == 0) b[s] = ig_first_token_range(lm->shard[s], lm->w, t);
             else b[s] = narrow_small(lm, s, a[s], L, t);
-            int64_t size = b[s].hi - b[s].lo;
-            tot += s < lm->SP ? size : -size;
+            tot += (uint64_t)(b[s].hi - b[s].lo);
         }
-        if (tot < 0) lm->src.fail = IG_ERR_ARG;
-        if (tot <= 0) break;
+        if (diff) tot = rows_total(lm, b); /* over a difference: the net count */
+        if (!tot) break;
         nd = L + 1;
     }
     return nd;

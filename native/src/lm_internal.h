@@ -74,17 +74,16 @@ struct ig_lm {
 /* Range row L of a (maxc + 2) x S table. */
 static inline ig_range *lm_row(const ig_lm *lm, ig_range *rows, int64_t L) { return rows + L * lm->S; }
 
-/* Net occurrences over a row (a negative count records the failure and reads as 0). The LM's
-   ranges are never inverted, so no clamping per shard (ig_src_total's) on this hot path. */
+/* Net occurrences over a row of a difference: the index's shards add, the removed index's
+   subtract (a negative count records the failure and reads as 0). */
+uint64_t ig_lm_net(ig_lm *lm, const ig_range *rs);
+
+/* Net occurrences over a row. (Over an index, the plain sum: this is on every hot path.) */
 static inline uint64_t rows_total(ig_lm *lm, const ig_range *rs) {
-    int64_t t = 0;
-    for (int s = 0; s < lm->SP; s++) t += rs[s].hi - rs[s].lo;
-    for (int s = lm->SP; s < lm->S; s++) t -= rs[s].hi - rs[s].lo;
-    if (t < 0) {
-        lm->src.fail = IG_ERR_ARG;
-        return 0;
-    }
-    return (uint64_t)t;
+    if (lm->src.M) return ig_lm_net(lm, rs);
+    uint64_t t = 0;
+    for (int s = 0; s < lm->S; s++) t += (uint64_t)(rs[s].hi - rs[s].lo);
+    return t;
 }
 
 /* Occurrences in a row of both indexes together (what a scan of it costs): over an index, its

@@ -142,14 +142,18 @@ int64_t ig_lm_cont_hi(const ig_lm *lm, int s, ig_range r, int64_t d, int eod) {
 }
 
 uint64_t ig_lm_cont_total(ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
-    int64_t t = 0;
-    for (int s = 0; s < lm->S; s++)
-        if (rs[s].hi > rs[s].lo) t += (s < lm->SP ? 1 : -1) * (ig_lm_cont_hi(lm, s, rs[s], d, eod) - rs[s].lo);
-    if (t < 0) {
+    uint64_t t = 0;
+    for (int s = 0; s < lm->SP; s++)
+        if (rs[s].hi > rs[s].lo) t += (uint64_t)(ig_lm_cont_hi(lm, s, rs[s], d, eod) - rs[s].lo);
+    if (lm->S == lm->SP) return t;
+    int64_t net = (int64_t)t; /* over a difference: the removed index's subtract */
+    for (int s = lm->SP; s < lm->S; s++)
+        if (rs[s].hi > rs[s].lo) net -= ig_lm_cont_hi(lm, s, rs[s], d, eod) - rs[s].lo;
+    if (net < 0) {
         lm->src.fail = IG_ERR_ARG;
         return 0;
     }
-    return (uint64_t)t;
+    return (uint64_t)net;
 }
 
 /* ------------------------------------------------------------------ N1+(. s) */
