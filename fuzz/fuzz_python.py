@@ -215,6 +215,7 @@ def test_api(data: bytes) -> None:
             call(lambda: ix.difference(MINUS_IX).count(a))
             call(lambda: ix.difference(MINUS_IX).infgram_ntd(a))
             call(lambda: ix.difference(MINUS_IX).score(a))
+            call(lambda: lm_mod.InfiniGramLM(ix.difference(MINUS_IX), max_context=4).score(a, "backoff"))
         elif op in (17, 18, 19, 20):
             method = fdp.PickValueInList(["kn", "wb", "infgram", "backoff", "interpolated", "ikn", "bogus"])
             opts = {}

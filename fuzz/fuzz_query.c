@@ -18,7 +18,7 @@
 typedef struct {
     ref_corpus c, minus; /* minus: a subset of c's documents (for the difference queries) */
     ig_index *ix, *mx;
-    ig_lm *lm;
+    ig_lm *lm, *dlm; /* dlm: the LM over ix minus mx */
 } fixture;
 
 static fixture fx[3];
@@ -51,6 +51,7 @@ static void setup(fixture *f, int id, int width, uint32_t vocab, int64_t docs, i
     snprintf(name, sizeof name, "fx%d_minus", id);
     if (ref_corpus_write(&f->minus, ref_tmpdir(), name, ntd_cost) || ref_corpus_open(&f->minus, &f->mx)) abort();
     if (ig_lm_new(&f->lm, f->ix, 24, 1024, err, sizeof err)) abort();
+    if (ig_diff_lm_new(&f->dlm, f->ix, f->mx, 24, 1024, err, sizeof err)) abort();
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -713,8 +714,15 @@ static void op_lm(fixture *f, fz_in *in) {
     double params[16];
     read_config(in, &cfg, params, 24);
     ig_lm *lm = f->lm;
-    if (fz_u8(in) > 250) { /* a fresh handle with its own cap */
+    int pick = fz_u8(in), diff = 0, rev = 0;
+    if (pick > 250) { /* a fresh handle with its own cap */
         if (ig_lm_new(&lm, f->ix, fz_len(in, 8), fz_len(in, 100), err, sizeof err) != IG_OK) return;
+    } else if (pick == 250) { /* over the reverse difference, which is not a subset: errors, no crash */
+        rev = diff = 1;
+        if (ig_diff_lm_new(&lm, f->mx, f->ix, fz_len(in, 8), fz_len(in, 100), err, sizeof err) != IG_OK) return;
+    } else if (pick > 225) { /* over the index minus a subset of its documents: the same invariants */
+        diff = 1;
+        lm = f->dlm;
     }
     uint32_t q[MAXQ];
     int64_t len, n = read_query(in, f, q, &len);
@@ -723,7 +731,7 @@ static void op_lm(fixture *f, fz_in *in) {
     int64_t sl[MAXQ];
     uint8_t sp[MAXQ];
     int rc = ig_lm_score(lm, &cfg, q, len, prob, sl, sp, err, sizeof err);
-    if (rc == IG_OK) {
+    if (rc == IG_OK && !rev) {
         FZ_CHECK(valid, "lm_score accepted bad ids");
         for (int64_t i = 0; i < n; i++)
             FZ_CHECK(prob[i] >= 0 && prob[i] <= 1 + 1e-9, "lm_score prob[%lld] = %g (method %d)", (long long)i,
@@ -732,7 +740,7 @@ static void op_lm(fixture *f, fz_in *in) {
     size_t slots = (size_t)f->c.vocab + 1;
     double *dist = malloc(slots * sizeof *dist);
     rc = ig_lm_distribution(lm, &cfg, q, len, dist, err, sizeof err);
-    if (rc == IG_OK) {
+    if (rc == IG_OK && !rev) {
         double sum = 0;
         for (size_t i = 0; i < slots; i++) {
             FZ_CHECK(dist[i] >= 0 && dist[i] <= 1 + 1e-9, "distribution[%zu] = %g", i, dist[i]);
@@ -770,10 +778,12 @@ static void op_lm(fixture *f, fz_in *in) {
         int64_t max_n = fz_len(in, 5), kmax = fz_len(in, 5);
         if (max_n >= 0 && max_n <= 8 && kmax >= 0 && kmax <= 8) {
             uint64_t raw[64], cont[64], types[8];
-            ig_lm_count_of_counts(f->ix, max_n, kmax, raw, cont, types, err, sizeof err);
+            if (diff) ig_diff_lm_count_of_counts(rev ? f->mx : f->ix, rev ? f->ix : f->mx, max_n, kmax, raw, cont,
+                                                 types, err, sizeof err);
+            else ig_lm_count_of_counts(f->ix, max_n, kmax, raw, cont, types, err, sizeof err);
         }
     }
-    if (lm != f->lm) ig_lm_free(lm);
+    if (lm != f->lm && lm != f->dlm) ig_lm_free(lm);
 }
 
 /* ------------------------------------------------------------------ the program */

@@ -8,7 +8,8 @@ next-token distributions and the sparse flag are those of the net counts. The wo
 (native/src/diff.c), one call per query, as for a plain index.
 
 Drafting takes a difference too: `InfiniGramDrafter` calls the C draft rules on net counts
-(``ig_diff_draft_*``, decoding states from `init_state`). `InfiniGramLM` does not (ValueError).
+(``ig_diff_draft_*``, decoding states from `init_state`), and so does the standalone
+`InfiniGramLM` (``ig_diff_lm_*``: every method, its continuation counts and count-of-counts).
 
 The removed index must hold a subset of the documents (same tokenizer). That cannot be proved
 cheaply: opening checks the tokenizer, the sizes and every token's unigram count; ``verify=True``

@@ -15,6 +15,11 @@ Methods (`method=`):
   :mod:`infinigram_hf.smoothing`). Finite perplexity, distributions sum to 1.
 * ``"wb"`` -- Witten-Bell interpolation over the same levels.
 
+The index may be a `DifferenceIndex` (``index.difference(removed)``): every method then counts
+net occurrences (the continuation counts and count-of-counts too), so scores, distributions,
+smoothing estimates and samples are those of the same LM over an index rebuilt without the
+removed documents (sampling with a seed: that index built as one shard).
+
 Example:
     >>> lm = InfiniGramLM(InfiniGramIndex.open("shakespeare_idx"))    # doctest: +SKIP
     >>> lm.perplexity([val_text], method="backoff").perplexity          # doctest: +SKIP
@@ -88,22 +93,14 @@ def _check_method_options(method: str, **opts: Any) -> None:
                          f"{applies[stray[0]]} only, not {method!r}")
 
 
-# The LM's statistics (lm.c: per-level ranges of one index, Kneser-Ney continuation counts read
-# from the left neighbours of occurrences, count-of-counts over the whole index) are not computed
-# on net counts yet, so a difference is refused rather than answered from the full index.
-DIFFERENCE_NOT_SUPPORTED = (
-    "InfiniGramLM does not take a DifferenceIndex (index.difference(removed)) yet: its back-off and "
-    "Kneser-Ney statistics are computed on a single index. With a difference use its own queries "
-    "(count, infgram_prob, infgram_ntd, score), InfiniGramLogitsProcessor, perplexity(), "
-    "InfiniGramDrafter or speculative_generate; for the standalone LM, build an index without the "
-    "removed documents (build_index).")
-
-
 class InfiniGramLM:
     """The ∞-gram LM over an index (see the module docstring for the methods).
 
     Args:
-        index: an open InfiniGramIndex or an index directory.
+        index: an open InfiniGramIndex, an index directory, or a DifferenceIndex (an index minus
+            the documents of another: the LM of an index rebuilt without them; a removed index
+            that turns out not to be a subset makes the call that meets a negative net count
+            raise ValueError).
         tokenizer: for text in / text out; default: the one saved in the index (bytes for a
             byte-level index). Without one, pass and get token ids.
         max_context: longest context any method may use (the post caps it at 100).
@@ -118,7 +115,7 @@ class InfiniGramLM:
     One handle is used under a lock: for parallel scoring, make one InfiniGramLM per thread.
     """
 
-    def __init__(self, index: Union[InfiniGramIndex, str, Path], tokenizer: Any = None, *,
+    def __init__(self, index: Union[InfiniGramIndex, DifferenceIndex, str, Path], tokenizer: Any = None, *,
                  max_context: int = 100, cache_entries: int = 0, method: str = DEFAULT_METHOD,
                  k: Any = UNSET, decay: Any = UNSET, order: Any = UNSET, smoothing: Any = UNSET):
         max_context = int_arg("max_context", max_context, 0, MAX_CONTEXT)
@@ -127,9 +124,7 @@ class InfiniGramLM:
         self._method_opts = {n: v for n, v in (("k", k), ("decay", decay), ("order", order),
                                                 ("smoothing", smoothing)) if v is not UNSET}
         cache_entries = int_arg("cache_entries", cache_entries, 0, MAX_CACHE_ENTRIES)
-        if isinstance(index, DifferenceIndex):
-            raise ValueError(DIFFERENCE_NOT_SUPPORTED)
-        if not is_index(index):
+        if not is_index(index) and not isinstance(index, DifferenceIndex):
             index = InfiniGramIndex.open(index)
         self.index = index
         self.tokenizer = tk.index_tokenizer(index, tokenizer)
@@ -145,9 +140,20 @@ class InfiniGramLM:
             return
         out = ffi.new("ig_lm **")
         err = err_buffer()
-        with index.native_handle() as ix:
-            check(lib.ig_lm_new(out, ix, self.max_context, int(cache_entries), err, len(err)), err)
+        with self._native() as ix:
+            if isinstance(index, DifferenceIndex):
+                rc = lib.ig_diff_lm_new(out, *ix, self.max_context, int(cache_entries), err, len(err))
+            else:
+                rc = lib.ig_lm_new(out, ix, self.max_context, int(cache_entries), err, len(err))
+        check(rc, err)
         self._lm = ffi.gc(out[0], lib.ig_lm_free)
+
+    def _native(self) -> Any:
+        """``with self._native() as ix:`` the index's C handle held open for one call; over a
+        DifferenceIndex the pair (index, removed)."""
+        if isinstance(self.index, DifferenceIndex):
+            return self.index.native_handles()
+        return self.index.native_handle()
 
     def __repr__(self) -> str:
         opts = "".join(f", {n}={v!r}" for n, v in self._method_opts.items() if n != "smoothing")
@@ -249,7 +255,7 @@ class InfiniGramLM:
         slen = np.zeros(n, dtype=np.int64)
         sparse = np.zeros(n, dtype=np.uint8)
         err = err_buffer()
-        with self._lock, self.index.native_handle():
+        with self._lock, self._native():
             rc = lib.ig_lm_score(self._lm, cfg, ptr(q, "uint32_t"), n, ptr(probs, "double"),
                                  ptr(slen, "int64_t"), ptr(sparse, "uint8_t"), err, len(err))
         check(rc, err)
@@ -298,7 +304,7 @@ class InfiniGramLM:
         cfg, keep = self._config(method, **opts)
         out = np.zeros(self.vocab_size + 1)
         err = err_buffer()
-        with self._lock, self.index.native_handle():
+        with self._lock, self._native():
             rc = lib.ig_lm_distribution(self._lm, cfg, ptr(q, "uint32_t"), len(q), ptr(out, "double"), err, len(err))
         check(rc, err)
         return out
@@ -324,7 +330,7 @@ class InfiniGramLM:
         err = err_buffer()
         while pos < end:
             buf = np.zeros((cap, NSTAT), dtype=np.int64)
-            with self._lock, self.index.native_handle():
+            with self._lock, self._native():
                 rc = lib.ig_lm_levels(self._lm, ptr(q, "uint32_t"), n, pos, end, depth, int(eod), int(with_cont),
                                       ptr(buf, "int64_t"), cap, rows_out, next_pos, err, len(err))
             check(rc, err)
@@ -346,9 +352,12 @@ class InfiniGramLM:
             cont = np.zeros((max_n, kmax), dtype=np.uint64)
             types = np.zeros(max_n, dtype=np.uint64)
             err = err_buffer()
-            with self.index.native_handle() as ix:
-                rc = lib.ig_lm_count_of_counts(ix, max_n, kmax, ptr(raw, "uint64_t"), ptr(cont, "uint64_t"),
-                                               ptr(types, "uint64_t"), err, len(err))
+            outs = (ptr(raw, "uint64_t"), ptr(cont, "uint64_t"), ptr(types, "uint64_t"), err, len(err))
+            with self._native() as ix:
+                if isinstance(self.index, DifferenceIndex):
+                    rc = lib.ig_diff_lm_count_of_counts(*ix, max_n, kmax, *outs)
+                else:
+                    rc = lib.ig_lm_count_of_counts(ix, max_n, kmax, *outs)
             check(rc, err)
             self._coc = (max_n, raw, cont, types)
         _, raw, cont, types = self._coc
@@ -370,7 +379,7 @@ class InfiniGramLM:
         mt = np.zeros(n, dtype=np.uint64)
         n_out, ended = ffi.new("int64_t *"), ffi.new("int *")
         err = err_buffer()
-        with self._lock, self.index.native_handle():
+        with self._lock, self._native():
             rc = lib.ig_lm_generate(self._lm, cfg, smp, ptr(ctx, "uint32_t"), len(ctx), n, ptr(state, "uint64_t"),
                                     ffi.NULL, 0, ptr(out, "uint32_t"), ptr(sl, "int64_t"), ptr(mt, "uint64_t"),
                                     n_out, ended, err, len(err))

@@ -17,7 +17,7 @@
  *   infinigram_draft.h   drafts for speculative decoding ig_draft_*
  *   infinigram_search.h  document search                 ig_search_docs, ig_doc_spans
  *   infinigram_diff.h    one index minus another         ig_diff_*
- *   infinigram_lm.h      the standalone LM's hot loops   ig_lm_*
+ *   infinigram_lm.h      the standalone LM's hot loops   ig_lm_*, ig_diff_lm_*
  *   infinigram_trace.h   tracing texts to the corpus     ig_creativity_batch, ig_attribute_batch,
  *                        (creativity, attribution)       ig_locate_ranges, ig_doc_window
  *
@@ -46,7 +46,7 @@ extern "C" {
 /* The version of this API: raised whenever a declaration or a constant of these headers
    changes, so that a program (the Python package included) can refuse a core built from other
    headers. ig_api_version() is the IG_API_VERSION the library was compiled with. */
-#define IG_API_VERSION 6
+#define IG_API_VERSION 7
 int ig_api_version(void);
 
 #define IG_OK 0

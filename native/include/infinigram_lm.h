@@ -15,6 +15,12 @@
  * End of document: with `eod` set, an occurrence that ends its document continues with "end of
  * document" (reported as token id vocab_size in dense distributions, and the separator id in
  * generated output); without it such occurrences are ignored (the post's counting).
+ *
+ * Over a difference (ig_diff_lm_new, ig_diff_lm_count_of_counts: an index minus an index of a
+ * subset of its documents, infinigram_diff.h) every count, continuation count and count-of-counts
+ * is the net one, so every call answers as over an index rebuilt without the removed documents
+ * (sampling by rank: as that index in one shard). A negative net count met on the way (the
+ * removed index is not a subset) fails the call with IG_ERR_ARG.
  */
 #ifndef INFINIGRAM_LM_H
 #define INFINIGRAM_LM_H
@@ -76,6 +82,9 @@ typedef struct {
    (0 = default, 2^18 entries). */
 int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cache_entries,
               char *err, size_t errlen);
+/* The same over plus minus minus (see above); both must outlive the handle. */
+int ig_diff_lm_new(ig_lm **out, const ig_index *plus, const ig_index *minus, int64_t max_context,
+                   int64_t cache_entries, char *err, size_t errlen);
 void ig_lm_free(ig_lm *lm);
 /* Drop cached statistics (they never go stale: an index is read-only). */
 void ig_lm_clear_cache(ig_lm *lm);
@@ -121,6 +130,9 @@ int ig_lm_generate(ig_lm *lm, const ig_lm_config *cfg, const ig_lm_sampling *smp
    with N1+(. g) = k. types[n-1] (may be NULL) = distinct n-grams. O(tokens * max_n). */
 int ig_lm_count_of_counts(const ig_index *ix, int64_t max_n, int64_t kmax, uint64_t *raw,
                           uint64_t *cont, uint64_t *types, char *err, size_t errlen);
+/* The same on the net counts of plus minus minus. */
+int ig_diff_lm_count_of_counts(const ig_index *plus, const ig_index *minus, int64_t max_n, int64_t kmax,
+                               uint64_t *raw, uint64_t *cont, uint64_t *types, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

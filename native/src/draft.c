@@ -1,10 +1,10 @@
 /* draft.c - draft continuations for speculative decoding (see infinigram_draft.h).
  *
- * Every rule reads its corpus through a dsrc: an index, or an index minus an index of a subset
- * of its documents (the ig_diff_draft_* calls). Over a difference the ranges of a state hold the
- * index's shards then the removed index's, every count is the net count (infinigram_diff.h),
- * and a draft is the one an index rebuilt without the removed documents would give; the rules
- * themselves are written once.
+ * Every rule reads its corpus through an ig_src (source.h): an index, or an index minus an
+ * index of a subset of its documents (the ig_diff_draft_* calls). Over a difference the ranges
+ * of a state hold the index's shards then the removed index's, every count is the net count
+ * (infinigram_diff.h), and a draft is the one an index rebuilt without the removed documents
+ * would give; the rules themselves are written once.
  */
 #include <math.h>
 #include <pthread.h>
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "state_internal.h"
-#include "diff_internal.h"
 #include "parallel.h"
+#include "source.h"
 
 typedef struct {
     uint32_t tok;
@@ -44,61 +44,18 @@ static int64_t merge_equal(tc *v, int64_t n) {
     return m;
 }
 
-/* ---------------------------------------------------------------- the corpus drafted from */
+/* ---------------------------------------------------------------- the corpus drafted from (source.h) */
 
-/* An index (M == NULL), or P minus M (ranges: P's SP shards, then M's). `fail` records what went
-   wrong on the way (IG_ERR_ARG: a negative net count, M is not a subset; IG_ERR_NOMEM): the
-   public calls turn it into their error. */
-typedef struct {
-    const ig_index *P, *M;
-    int SP, ns;
-    int fail;
-} dsrc;
-
-static dsrc src_of(const ig_index *P, const ig_index *M) {
-    int SP = P ? P->n_shards : 1;
-    return (dsrc){P, M, SP, SP + (M ? M->n_shards : 0), 0};
-}
-
-static int64_t src_state_size(const dsrc *x) { return 2 + 2 * (int64_t)x->ns; }
+static int64_t src_state_size(const ig_src *x) { return 2 + 2 * (int64_t)x->ns; }
 
 /* The source of a call over a difference, once the pair is checked (the ig_diff_* entry points). */
-static int diff_src(const ig_index *plus, const ig_index *minus, dsrc *x, char *err, size_t errlen) {
+static int diff_src(const ig_index *plus, const ig_index *minus, ig_src *x, char *err, size_t errlen) {
     int rc = ig_diff_check_pair(plus, minus, err, errlen);
-    if (!rc) *x = src_of(plus, minus);
+    if (!rc) *x = ig_src_of(plus, minus);
     return rc;
 }
 
-static const ig_shard *src_shard(const dsrc *x, int i) {
-    return i < x->SP ? &x->P->shards[i] : &x->M->shards[i - x->SP];
-}
-
-/* Net occurrences over the ranges (negative: M is not a subset). */
-static int64_t src_total(const dsrc *x, const ig_range *rs) {
-    int64_t c = 0;
-    for (int i = 0; i < x->ns; i++) c += (i < x->SP ? 1 : -1) * (rs[i].hi > rs[i].lo ? rs[i].hi - rs[i].lo : 0);
-    return c;
-}
-
-/* Ranges of context + t from the context's ranges rs at depth d; the net count (0 when negative,
-   which is recorded). */
-static int64_t src_extend(dsrc *x, const ig_range *rs, int64_t d, uint32_t t, ig_range *next) {
-    int64_t c = (int64_t)ig_extend_ranges(x->P, rs, d, t, next);
-    if (!x->M) return c;
-    c -= (int64_t)ig_extend_ranges(x->M, rs + x->SP, d, t, next + x->SP);
-    if (c < 0) {
-        x->fail = IG_ERR_ARG;
-        return 0;
-    }
-    return c;
-}
-
-/* The ranges of the empty context (the whole corpus). */
-static void src_full(const dsrc *x, ig_range *rs) {
-    for (int i = 0; i < x->ns; i++) rs[i] = (ig_range){0, src_shard(x, i)->num_tokens};
-}
-
-static void src_store(const dsrc *x, int64_t suffix_len, const ig_range *rs, int64_t *state) {
+static void src_store(const ig_src *x, int64_t suffix_len, const ig_range *rs, int64_t *state) {
     if (!x->M) {
         ig_state_store(x->P, suffix_len, rs, state);
         return;
@@ -108,12 +65,12 @@ static void src_store(const dsrc *x, int64_t suffix_len, const ig_range *rs, int
         state[3 + 2 * i] = rs[i].hi;
     }
     state[0] = suffix_len;
-    state[1] = src_total(x, rs);
+    state[1] = ig_src_total(x, rs);
 }
 
-/* ig_state_begin over a dsrc: scratch of ns ranges, the state (state_len values) checked and
+/* ig_state_begin over an ig_src: scratch of ns ranges, the state (state_len values) checked and
    loaded into sc->a. */
-static int64_t src_begin(const dsrc *x, const int64_t *state, int64_t state_len, ig_scratch *sc, char *err,
+static int64_t src_begin(const ig_src *x, const int64_t *state, int64_t state_len, ig_scratch *sc, char *err,
                          size_t errlen) {
     if (!x->M) return ig_state_begin(x->P, state, state_len, sc, err, errlen);
     int rc = ig_check_state_len(state_len, src_state_size(x), "state", "difference", err, errlen);
@@ -125,14 +82,14 @@ static int64_t src_begin(const dsrc *x, const int64_t *state, int64_t state_len,
     }
     for (int i = 0; i < x->ns; i++) {
         int64_t lo = state[2 + 2 * i], hi = state[3 + 2 * i];
-        if (lo < 0 || hi < lo || hi > src_shard(x, i)->num_tokens) {
+        if (lo < 0 || hi < lo || hi > ig_src_shard(x, i)->num_tokens) {
             ig_scratch_free(sc);
             return ig_fail(err, errlen, IG_ERR_ARG, "state: range [%lld, %lld) of shard %d is not a state of this "
                            "difference", (long long)lo, (long long)hi, i);
         }
         sc->a[i] = (ig_range){lo, hi};
     }
-    int64_t c = src_total(x, sc->a);
+    int64_t c = ig_src_total(x, sc->a);
     if (state[0] < 0 || state[0] > IG_MAX_SHARD_TOKENS || c < 0 || c != state[1] || (c == 0 && state[0] > 0)) {
         ig_scratch_free(sc);
         return ig_fail(err, errlen, IG_ERR_ARG, "state: suffix_len %lld / count %lld are not a state of this difference",
@@ -141,13 +98,13 @@ static int64_t src_begin(const dsrc *x, const int64_t *state, int64_t state_len,
     return state[0];
 }
 
-/* ig_state_step over a dsrc: *cur (length l, ctx[0..len-1)) becomes the state of ctx[0..len).
+/* ig_state_step over an ig_src: *cur (length l, ctx[0..len-1)) becomes the state of ctx[0..len).
    Over a difference: one narrowing while the net match grows, else the back-off of dense
    scoring (diff.c): the long LCE back-off, then the net search of at most IG_BACKOFF_SHORT. */
-static int64_t src_step(dsrc *x, const uint32_t *ctx, int64_t len, int64_t l, ig_range **cur, ig_range **next,
+static int64_t src_step(ig_src *x, const uint32_t *ctx, int64_t len, int64_t l, ig_range **cur, ig_range **next,
                         ig_range *tmp, ig_lce_memo **memo) {
     if (!x->M) return ig_state_step(x->P, ctx, len, l, cur, next, tmp, memo);
-    if (src_extend(x, *cur, l, ctx[len - 1], *next) > 0) {
+    if (ig_src_extend(x, *cur, l, ctx[len - 1], *next) > 0) {
         ig_range *t = *cur;
         *cur = *next;
         *next = t;
@@ -164,12 +121,6 @@ static int64_t src_step(dsrc *x, const uint32_t *ctx, int64_t len, int64_t l, ig
     return k;
 }
 
-/* The failure a call met on the way, as its error (IG_OK: none). */
-static int src_failed(const dsrc *x, char *err, size_t errlen) {
-    if (x->fail == IG_ERR_NOMEM) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    return x->fail ? ig_diff_not_subset(err, errlen) : IG_OK;
-}
-
 /* ---------------------------------------------------------------- candidates over a difference */
 
 /* Ranks of r (sharing a prefix of length d) whose token at depth d is below t. */
@@ -184,17 +135,17 @@ static int64_t below(const ig_shard *s, int w, ig_range r, int64_t d, uint64_t t
 }
 
 /* Net occurrences whose next token is below t: non-decreasing in t. */
-static int64_t net_below(const dsrc *x, const ig_range *rs, int64_t d, uint64_t t) {
+static int64_t net_below(const ig_src *x, const ig_range *rs, int64_t d, uint64_t t) {
     int64_t c = 0;
     for (int i = 0; i < x->ns; i++)
-        if (rs[i].hi > rs[i].lo) c += (i < x->SP ? 1 : -1) * below(src_shard(x, i), x->P->token_width, rs[i], d, t);
+        if (rs[i].hi > rs[i].lo) c += (i < x->SP ? 1 : -1) * below(ig_src_shard(x, i), x->P->token_width, rs[i], d, t);
     return c;
 }
 
 /* The next token at net rank r of the remaining occurrences (sorted by suffix, so by next
    token): the largest t with net_below(t) <= r, galloped up from `from` (the answer for a
    smaller rank), as the ranks sampled come in order. */
-static uint32_t net_token_at(const dsrc *x, const ig_range *rs, int64_t d, int64_t r, uint32_t from) {
+static uint32_t net_token_at(const ig_src *x, const ig_range *rs, int64_t d, int64_t r, uint32_t from) {
     uint64_t ok = from, bad = (uint64_t)x->P->separator + 1, step = 1;
     while (ok + step < bad) {
         if (net_below(x, rs, d, ok + step) > r) {
@@ -214,19 +165,19 @@ static uint32_t net_token_at(const dsrc *x, const ig_range *rs, int64_t d, int64
 
 /* Distinct next tokens of shards [from, to) of rs, summed by token, into (toks, cnts): their
    number, -1 when out of memory. room: entries available. */
-static int64_t walk_shards(const dsrc *x, const ig_range *rs, int64_t d, int from, int to, uint32_t *toks,
+static int64_t walk_shards(const ig_src *x, const ig_range *rs, int64_t d, int from, int to, uint32_t *toks,
                            uint64_t *cnts, int64_t room) {
     int64_t n = 0;
     for (int i = from; i < to; i++) {
         if (rs[i].hi <= rs[i].lo) continue;
-        int64_t m = ig_walk_range(src_shard(x, i), x->P->token_width, rs[i], d, toks + n, cnts + n, room - n);
+        int64_t m = ig_walk_range(ig_src_shard(x, i), x->P->token_width, rs[i], d, toks + n, cnts + n, room - n);
         n += m < room - n ? m : room - n; /* (room holds every distinct token of every shard) */
     }
     return ig_sort_merge_tc(toks, cnts, n);
 }
 
 /* Entries enough for the distinct next tokens of shards [from, to) of rs. */
-static int64_t walk_room(const dsrc *x, const ig_range *rs, int from, int to) {
+static int64_t walk_room(const ig_src *x, const ig_range *rs, int from, int to) {
     int64_t room = 0, per = (int64_t)x->P->vocab_size + 1;
     for (int i = from; i < to; i++) {
         int64_t size = rs[i].hi - rs[i].lo;
@@ -236,7 +187,7 @@ static int64_t walk_room(const dsrc *x, const ig_range *rs, int from, int to) {
 }
 
 /* The whole net next-token distribution, most frequent first (ties: smaller id), up to cap. */
-static int64_t exact_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap) {
+static int64_t exact_net(ig_src *x, const ig_range *rs, int64_t d, tc *out, int64_t cap) {
     int64_t rp = walk_room(x, rs, 0, x->SP), rm = walk_room(x, rs, x->SP, x->ns);
     uint32_t *toks = malloc((size_t)(rp + rm) * sizeof *toks);
     uint64_t *cnts = malloc((size_t)(rp + rm) * sizeof *cnts);
@@ -276,9 +227,9 @@ static int64_t exact_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_
 /* candidates() over a difference: what one shard holding the remaining documents would give.
    Up to IG_DRAFT_EXACT_MAX net occurrences, the exact distribution; above, the tokens at
    IG_DRAFT_SAMPLES evenly spaced net ranks, the best counted exactly. */
-static int64_t candidates_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
+static int64_t candidates_net(ig_src *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
                               ig_range *tmp) {
-    int64_t c = src_total(x, rs);
+    int64_t c = ig_src_total(x, rs);
     if (c < 0) {
         x->fail = IG_ERR_ARG;
         c = 0;
@@ -296,7 +247,7 @@ static int64_t candidates_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, i
     int64_t h = merge_equal(hit, IG_DRAFT_SAMPLES);
     qsort(hit, (size_t)h, sizeof *hit, by_cnt_desc);
     int64_t want = cap + 2 < h ? cap + 2 : h;
-    for (int64_t j = 0; j < want; j++) hit[j].cnt = (uint64_t)src_extend(x, rs, d, hit[j].tok, tmp);
+    for (int64_t j = 0; j < want; j++) hit[j].cnt = (uint64_t)ig_src_extend(x, rs, d, hit[j].tok, tmp);
     qsort(hit, (size_t)want, sizeof *hit, by_cnt_desc);
     int64_t n = want < cap ? want : cap;
     memcpy(out, hit, (size_t)n * sizeof *out);
@@ -305,7 +256,7 @@ static int64_t candidates_net(dsrc *x, const ig_range *rs, int64_t d, tc *out, i
 
 /* Candidate next tokens at depth d over the ranges rs, most frequent first, exact counts;
    writes up to cap. Exact list when the context is small, sampled candidates otherwise. */
-static int64_t candidates(dsrc *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
+static int64_t candidates(ig_src *x, const ig_range *rs, int64_t d, tc *out, int64_t cap, uint64_t *total,
                           ig_range *tmp) {
     if (x->M) return candidates_net(x, rs, d, out, cap, total, tmp);
     const ig_index *ix = x->P;
@@ -369,7 +320,7 @@ typedef struct {
 /* The greedy ∞-gram chain from the ranges cur of a matched suffix of length l (l > 0 to draft
    anything), at most cap tokens into tok32 or tok64 (whichever is not NULL); counts/totals may
    be NULL. cur and next (as many ranges) are scratch afterwards, tmp too. Returns the length. */
-static int64_t greedy_chain(dsrc *x, ig_range *cur, ig_range *next, ig_range *tmp, int64_t l, int64_t cap,
+static int64_t greedy_chain(ig_src *x, ig_range *cur, ig_range *next, ig_range *tmp, int64_t l, int64_t cap,
                             const chain_rule *rule, uint32_t *tok32, int64_t *tok64, uint64_t *counts,
                             uint64_t *totals) {
     double joint = 1.0;
@@ -390,14 +341,14 @@ static int64_t greedy_chain(dsrc *x, ig_range *cur, ig_range *next, ig_range *tm
         n++;
         if (ends) break;
         joint *= share;
-        src_extend(x, cur, l, best.tok, next);
+        ig_src_extend(x, cur, l, best.tok, next);
         ig_range *sw = cur; cur = next; next = sw;
         l++;
     }
     return n;
 }
 
-static int draft_chain(dsrc *x, const int64_t *state, int64_t state_len, int64_t max_tokens, uint64_t min_count,
+static int draft_chain(ig_src *x, const int64_t *state, int64_t state_len, int64_t max_tokens, uint64_t min_count,
                        double min_share, double min_joint, int64_t eos_id, uint32_t *tokens, uint64_t *counts,
                        uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_tokens > 0 && !tokens)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
@@ -409,7 +360,7 @@ static int draft_chain(dsrc *x, const int64_t *state, int64_t state_len, int64_t
     chain_rule rule = {min_count, min_share, min_joint, eos_id};
     int64_t n = greedy_chain(x, sc.a, sc.b, sc.c, l, max_tokens, &rule, tokens, NULL, counts, totals);
     ig_scratch_free(&sc);
-    int rc = src_failed(x, err, errlen);
+    int rc = ig_src_failed(x, err, errlen);
     if (!rc) *n_out = n;
     return rc;
 }
@@ -417,7 +368,7 @@ static int draft_chain(dsrc *x, const int64_t *state, int64_t state_len, int64_t
 int ig_draft_chain(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_tokens,
                    uint64_t min_count, double min_share, double min_joint, int64_t eos_id, uint32_t *tokens,
                    uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err, size_t errlen) {
-    dsrc x = src_of(ix, NULL);
+    ig_src x = ig_src_of(ix, NULL);
     return draft_chain(&x, state, state_len, max_tokens, min_count, min_share, min_joint, eos_id, tokens, counts,
                        totals, n_out, err, errlen);
 }
@@ -426,13 +377,13 @@ int ig_diff_draft_chain(const ig_index *plus, const ig_index *minus, const int64
                         int64_t max_tokens, uint64_t min_count, double min_share, double min_joint, int64_t eos_id,
                         uint32_t *tokens, uint64_t *counts, uint64_t *totals, int64_t *n_out, char *err,
                         size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_chain(&x, state, state_len, max_tokens, min_count, min_share, min_joint, eos_id, tokens,
                                  counts, totals, n_out, err, errlen);
 }
 
-static int draft_children(dsrc *x, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
+static int draft_children(ig_src *x, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
                           uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out, char *err,
                           size_t errlen) {
     if (!n_out || !total || (k > 0 && (!tokens || !counts))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
@@ -458,12 +409,12 @@ static int draft_children(dsrc *x, const int64_t *state, int64_t state_len, int6
             memcpy(cs, state, (size_t)size * sizeof *cs);
             continue;
         }
-        src_extend(x, sc.a, l, best[j].tok, sc.b);
+        ig_src_extend(x, sc.a, l, best[j].tok, sc.b);
         src_store(x, l + 1, sc.b, cs);
     }
     free(best);
     ig_scratch_free(&sc);
-    int rc = src_failed(x, err, errlen);
+    int rc = ig_src_failed(x, err, errlen);
     if (rc) *total = 0;
     else *n_out = n;
     return rc;
@@ -472,14 +423,14 @@ static int draft_children(dsrc *x, const int64_t *state, int64_t state_len, int6
 int ig_draft_children(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t k, uint32_t *tokens,
                       uint64_t *counts, int64_t *child_states, uint64_t *total, int64_t *n_out, char *err,
                       size_t errlen) {
-    dsrc x = src_of(ix, NULL);
+    ig_src x = ig_src_of(ix, NULL);
     return draft_children(&x, state, state_len, k, tokens, counts, child_states, total, n_out, err, errlen);
 }
 
 int ig_diff_draft_children(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
                            int64_t k, uint32_t *tokens, uint64_t *counts, int64_t *child_states, uint64_t *total,
                            int64_t *n_out, char *err, size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_children(&x, state, state_len, k, tokens, counts, child_states, total, n_out, err, errlen);
 }
@@ -569,7 +520,7 @@ static int64_t context_start(const ig_index *ix, const int64_t *seq, int64_t fro
 /* Advance the state (suffix length *l, ranges *cur; *next: scratch) of seq[0..n - n_new) through
    the new tokens: narrow while the match grows, back off otherwise; the context starts anew
    after a document boundary. */
-static int advance(dsrc *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_range *tmp,
+static int advance(ig_src *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_range *tmp,
                    const int64_t *seq, int64_t n, int64_t n_new, int64_t eos_id, char *err, size_t errlen) {
     const ig_index *ix = x->P;
     int64_t l = *l_io;
@@ -585,7 +536,7 @@ static int advance(dsrc *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_r
     if (base == from) base = first; /* no boundary among the new tokens: the context holds the matched suffix */
     if (base > from) { /* a new document among the new tokens: its context starts empty */
         l = 0;
-        src_full(x, *cur);
+        ig_src_full(x, *cur);
         from = base;
     }
     uint32_t *ctx = malloc((size_t)(n - base > 0 ? n - base : 1) * sizeof *ctx);
@@ -599,7 +550,7 @@ static int advance(dsrc *x, int64_t *l_io, ig_range **cur, ig_range **next, ig_r
     return IG_OK;
 }
 
-static int draft_step(dsrc *x, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n, int64_t n_new,
+static int draft_step(ig_src *x, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n, int64_t n_new,
                       const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts, uint64_t *totals,
                       int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
     const ig_index *ix = x->P;
@@ -625,7 +576,7 @@ static int draft_step(dsrc *x, int64_t *state, int64_t state_len, const int64_t 
         cur = sc.a;
         next = sc.b;
         if ((rc = advance(x, &l, &cur, &next, sc.c, seq, n, n_new, p->eos_id, err, errlen)) ||
-            (rc = src_failed(x, err, errlen))) {
+            (rc = ig_src_failed(x, err, errlen))) {
             ig_scratch_free(&sc);
             return rc;
         }
@@ -654,7 +605,7 @@ static int draft_step(dsrc *x, int64_t *state, int64_t state_len, const int64_t 
         }
     }
     if (use_inf) ig_scratch_free(&sc);
-    if (!rc) rc = src_failed(x, err, errlen);
+    if (!rc) rc = ig_src_failed(x, err, errlen);
     if (rc) return rc;
     if (inf_n > 0) {
         *n_out = inf_n;
@@ -673,7 +624,7 @@ static int draft_step(dsrc *x, int64_t *state, int64_t state_len, const int64_t 
 int ig_draft_step(const ig_index *ix, int64_t *state, int64_t state_len, const int64_t *seq, int64_t n,
                   int64_t n_new, const ig_draft_params *p, int64_t max_tokens, int64_t *out, uint64_t *counts,
                   uint64_t *totals, int64_t *n_out, int64_t *match_len, int *source_out, char *err, size_t errlen) {
-    dsrc x = src_of(ix, NULL);
+    ig_src x = ig_src_of(ix, NULL);
     return draft_step(&x, state, state_len, seq, n, n_new, p, max_tokens, out, counts, totals, n_out, match_len,
                       source_out, err, errlen);
 }
@@ -682,7 +633,7 @@ int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *sta
                        const int64_t *seq, int64_t n, int64_t n_new, const ig_draft_params *p, int64_t max_tokens,
                        int64_t *out, uint64_t *counts, uint64_t *totals, int64_t *n_out, int64_t *match_len,
                        int *source_out, char *err, size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_step(&x, state, state_len, seq, n, n_new, p, max_tokens, out, counts, totals, n_out,
                                 match_len, source_out, err, errlen);
@@ -691,7 +642,7 @@ int ig_diff_draft_step(const ig_index *plus, const ig_index *minus, int64_t *sta
 /* ---------------------------------------------------------------- many rows at once */
 
 typedef struct {
-    const dsrc *x;
+    const ig_src *x;
     int64_t *states;
     int64_t state_len;
     const int64_t *seqs, *lens, *n_new, *max_tokens, *caps;
@@ -709,7 +660,7 @@ static int step_work(void *ctx, int tid, int64_t begin, int64_t end) {
     step_job *j = ctx;
     (void)tid;
     for (int64_t i = begin; i < end; i++) {
-        dsrc x = *j->x; /* its own failure flag per row */
+        ig_src x = *j->x; /* its own failure flag per row */
         ig_draft_params p = *j->p;
         if (j->caps) {
             p.infgram_cap = j->caps[2 * i];
@@ -735,7 +686,7 @@ static int step_work(void *ctx, int tid, int64_t begin, int64_t end) {
     return IG_OK;
 }
 
-static int draft_step_batch(const dsrc *x, int64_t *states, int64_t n_state_values, const int64_t *seqs,
+static int draft_step_batch(const ig_src *x, int64_t *states, int64_t n_state_values, const int64_t *seqs,
                             int64_t seq_stride, const int64_t *lens, const int64_t *n_new, int64_t n,
                             const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps, int64_t *out,
                             uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out,
@@ -775,7 +726,7 @@ int ig_draft_step_batch(const ig_index *ix, int64_t *states, int64_t n_state_val
                         const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps, int64_t *out,
                         uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out, int64_t *match_len,
                         int *source_out, int n_threads, char *err, size_t errlen) {
-    dsrc x = src_of(ix, NULL);
+    ig_src x = ig_src_of(ix, NULL);
     return draft_step_batch(&x, states, n_state_values, seqs, seq_stride, lens, n_new, n, p, max_tokens, caps, out,
                             counts, totals, out_stride, n_out, match_len, source_out, n_threads, err, errlen);
 }
@@ -785,7 +736,7 @@ int ig_diff_draft_step_batch(const ig_index *plus, const ig_index *minus, int64_
                              int64_t n, const ig_draft_params *p, const int64_t *max_tokens, const int64_t *caps,
                              int64_t *out, uint64_t *counts, uint64_t *totals, int64_t out_stride, int64_t *n_out,
                              int64_t *match_len, int *source_out, int n_threads, char *err, size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_step_batch(&x, states, n_state_values, seqs, seq_stride, lens, n_new, n, p, max_tokens,
                                       caps, out, counts, totals, out_stride, n_out, match_len, source_out, n_threads,
@@ -814,7 +765,7 @@ typedef struct {
     uint32_t tok;
 } tree_cand;
 
-static int draft_tree(dsrc *x, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
+static int draft_tree(ig_src *x, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
                       int64_t width, double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
                       int64_t *n_out, char *err, size_t errlen) {
     if (!n_out || (max_nodes > 0 && (!tokens || !parents || !probs))) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
@@ -871,13 +822,13 @@ static int draft_tree(dsrc *x, const int64_t *state, int64_t state_len, int64_t 
             continue;
         }
         tokens[n] = (int64_t)c.tok;
-        src_extend(x, pr, l + pd, c.tok, node_r + n * ns);
+        ig_src_extend(x, pr, l + pd, c.tok, node_r + n * ns);
         if (depth[n] < max_depth) node = n;
         n++;
     }
     free(node_r); free(depth); free(heap); free(cands);
     ig_scratch_free(&sc);
-    int rc = src_failed(x, err, errlen);
+    int rc = ig_src_failed(x, err, errlen);
     if (!rc) *n_out = n;
     return rc;
 }
@@ -885,7 +836,7 @@ static int draft_tree(dsrc *x, const int64_t *state, int64_t state_len, int64_t 
 int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t state_len, int64_t max_nodes, int64_t max_depth,
                   int64_t width, double min_prob, int64_t eos_id, int64_t *tokens, int64_t *parents, double *probs,
                   int64_t *n_out, char *err, size_t errlen) {
-    dsrc x = src_of(ix, NULL);
+    ig_src x = ig_src_of(ix, NULL);
     return draft_tree(&x, state, state_len, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents, probs,
                       n_out, err, errlen);
 }
@@ -893,7 +844,7 @@ int ig_draft_tree(const ig_index *ix, const int64_t *state, int64_t state_len, i
 int ig_diff_draft_tree(const ig_index *plus, const ig_index *minus, const int64_t *state, int64_t state_len,
                        int64_t max_nodes, int64_t max_depth, int64_t width, double min_prob, int64_t eos_id,
                        int64_t *tokens, int64_t *parents, double *probs, int64_t *n_out, char *err, size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     return rc ? rc : draft_tree(&x, state, state_len, max_nodes, max_depth, width, min_prob, eos_id, tokens, parents,
                                 probs, n_out, err, errlen);
@@ -907,7 +858,7 @@ int64_t ig_diff_state_size(const ig_index *plus, const ig_index *minus) {
 
 int ig_diff_state_init(const ig_index *plus, const ig_index *minus, const uint32_t *ctx, int64_t len, int64_t *state,
                        int64_t state_len, char *err, size_t errlen) {
-    dsrc x;
+    ig_src x;
     int rc = diff_src(plus, minus, &x, err, errlen);
     if (!rc) rc = ig_check_ids(plus, ctx, len, "context", err, errlen);
     if (!rc) rc = ig_check_state_len(state_len, src_state_size(&x), "state", "difference", err, errlen);

@@ -5,6 +5,9 @@
  * (rows 0..depth nonempty, depth <= the context cap). Appending token t turns row L into row
  * L + 1 of the next table by one narrowing (ctx_L t is a prefix extension of ctx_L), so scoring
  * costs about one narrowing per context length per token and never searches from scratch.
+ *
+ * The corpus is an ig_src (lm_internal.h): over a difference every count is net, so every method
+ * answers as over an index rebuilt without the removed documents.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,12 +18,13 @@
 
 /* ------------------------------------------------------------------ handle */
 
-int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cache_entries,
-              char *err, size_t errlen) {
+/* An LM over P, or over P minus M (M != NULL, a pair already checked). */
+static int lm_new(ig_lm **out, const ig_index *P, const ig_index *M, int64_t max_context, int64_t cache_entries,
+                  char *err, size_t errlen) {
     if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output");
     *out = NULL;
-    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
-    if (ig_index_has_official(ix))
+    if (!P) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (ig_index_has_official(P) || (M && ig_index_has_official(M)))
         return ig_fail(err, errlen, IG_ERR_ARG, "%s needs our suffix order, which an official infini-gram index read in place lacks: open it with a sidecar (InfiniGramIndex.open(path, cache_dir=SIDE_DIR), or infinigram-hf prepare PATH --out SIDE_DIR), or convert it (infinigram-hf convert)", "the smoothed InfiniGramLM");
     if (max_context < 0 || max_context > (1 << 20))
         return ig_fail(err, errlen, IG_ERR_ARG, "max_context must be in 0..%d, got %lld", 1 << 20,
@@ -30,13 +34,21 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
                        (long long)cache_entries);
     ig_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
-    lm->ix = ix;
-    lm->S = ix->n_shards;
-    lm->w = ix->token_width;
-    lm->sep = ix->separator;
-    lm->V = ix->vocab_size;
+    lm->src = ig_src_of(P, M);
+    lm->ix = P;
+    lm->S = lm->src.ns;
+    lm->SP = lm->src.SP;
+    lm->w = P->token_width;
+    lm->sep = P->separator;
+    lm->V = P->vocab_size;
     lm->maxc = max_context;
     size_t rows = (size_t)(max_context + 2) * (size_t)lm->S, slots = (size_t)lm->V + 1;
+    lm->shard = calloc((size_t)lm->S, sizeof *lm->shard);
+    for (int s = 0; lm->shard && s < lm->S; s++) lm->shard[s] = ig_src_shard(&lm->src, s);
+    if (M) {
+        lm->cnt_a = calloc(slots, sizeof(int64_t));
+        lm->cnt_b = calloc(slots, sizeof(int64_t));
+    }
     lm->rows_a = calloc(rows, sizeof(ig_range));
     lm->rows_b = calloc(rows, sizeof(ig_range));
     lm->stamp_a = calloc(slots, sizeof(uint32_t));
@@ -51,7 +63,8 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     lm->lv_T = calloc((size_t)max_context + 1, sizeof(uint64_t));
     lm->nmemo = calloc((size_t)1 << LM_NMEMO_BITS, sizeof(lm_nmemo));
     if (!lm->nmemo || !lm->rows_a || !lm->rows_b || !lm->stamp_a || !lm->stamp_b || !lm->dense || !lm->idx ||
-        !lm->cursor || !lm->cursor2 || !lm->child || !lm->child2 || !lm->lv_L || !lm->lv_T ||
+        !lm->cursor || !lm->cursor2 || !lm->child || !lm->child2 || !lm->lv_L || !lm->lv_T || !lm->shard ||
+        (M && (!lm->cnt_a || !lm->cnt_b)) ||
         ig_lm_cache_init(lm, cache_entries ? cache_entries : LM_DEFAULT_CACHE) != IG_OK) {
         ig_lm_free(lm);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
@@ -60,16 +73,30 @@ int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cach
     return IG_OK;
 }
 
+int ig_lm_new(ig_lm **out, const ig_index *ix, int64_t max_context, int64_t cache_entries,
+              char *err, size_t errlen) {
+    return lm_new(out, ix, NULL, max_context, cache_entries, err, errlen);
+}
+
+int ig_diff_lm_new(ig_lm **out, const ig_index *plus, const ig_index *minus, int64_t max_context,
+                   int64_t cache_entries, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    int rc = ig_diff_check_pair(plus, minus, err, errlen);
+    return rc ? rc : lm_new(out, plus, minus, max_context, cache_entries, err, errlen);
+}
+
 void ig_lm_free(ig_lm *lm) {
     if (!lm) return;
     free(lm->rows_a); free(lm->rows_b); free(lm->stamp_a); free(lm->stamp_b);
     free(lm->dense); free(lm->idx); free(lm->cursor); free(lm->cursor2);
     free(lm->child); free(lm->child2); free(lm->nmemo); free(lm->lv_L); free(lm->lv_T); free(lm->cache);
+    free(lm->shard); free(lm->cnt_a); free(lm->cnt_b);
     free(lm);
 }
 
-static int check_cfg(const ig_lm *lm, const ig_lm_config *c, char *err, size_t errlen) {
+static int check_cfg(ig_lm *lm, const ig_lm_config *c, char *err, size_t errlen) {
     if (!lm) return ig_fail(err, errlen, IG_ERR_ARG, "NULL lm handle");
+    lm->src.fail = 0; /* (every call checks its config first: a fresh record of failures) */
     if (!c) return ig_fail(err, errlen, IG_ERR_ARG, "NULL config");
     if (c->method < IG_LM_INFGRAM || c->method > IG_LM_SMOOTH)
         return ig_fail(err, errlen, IG_ERR_ARG, "method: unknown method %d", c->method);
@@ -108,16 +135,14 @@ static int64_t method_cap(const ig_lm_config *c) {
 
 /* ------------------------------------------------------------------ range tables */
 
-static void row_full(const ig_lm *lm, ig_range *r) {
-    for (int s = 0; s < lm->S; s++) r[s] = (ig_range){0, lm->ix->shards[s].num_tokens};
-}
+static void row_full(const ig_lm *lm, ig_range *r) { ig_src_full(&lm->src, r); }
 
 /* Rows for the context ctx[0..n) (its last `cap` tokens); returns the depth. */
 static int64_t rows_init(ig_lm *lm, ig_range *rows, const uint32_t *ctx, int64_t n, int64_t cap) {
     row_full(lm, rows);
     int64_t top = n < cap ? n : cap, d = 0;
     for (int64_t L = 1; L <= top; L++) {
-        if (ig_find_all(lm->ix, ctx + n - L, L, lm_row(lm, rows, L)) == 0) break;
+        if (ig_src_find(&lm->src, ctx + n - L, L, lm_row(lm, rows, L)) == 0) break;
         d = L;
     }
     return d;
@@ -126,7 +151,7 @@ static int64_t rows_init(ig_lm *lm, ig_range *rows, const uint32_t *ctx, int64_t
 /* Narrowing that scans small ranges instead of binary-searching them, and memoises large
    ones: the contexts of one or two tokens come back at almost every position. */
 static inline ig_range narrow_small(ig_lm *lm, int shard, ig_range r, int64_t d, uint32_t t) {
-    const ig_shard *s = &lm->ix->shards[shard];
+    const ig_shard *s = lm->shard[shard];
     int w = lm->w;
     if (r.hi - r.lo >= LM_NMEMO_MIN) {
         uint64_t h = ((uint64_t)r.lo * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)t * 0xC2B2AE3D27D4EB4Full) ^
@@ -152,35 +177,37 @@ static int64_t rows_push(ig_lm *lm, const ig_range *cur, int64_t depth, ig_range
                          int64_t cap) {
     row_full(lm, next);
     int64_t top = depth < cap ? depth : cap, nd = 0;
+    const int S = lm->S, diff = lm->src.M != NULL;
     for (int64_t L = 0; L <= top; L++) {
-        const ig_range *a = cur + L * lm->S;
-        ig_range *b = next + (L + 1) * lm->S;
+        const ig_range *a = cur + L * S;
+        ig_range *b = next + (L + 1) * S;
         uint64_t tot = 0;
-        for (int s = 0; s < lm->S; s++) {
-            const ig_shard *sh = &lm->ix->shards[s];
+        for (int s = 0; s < S; s++) {
             if (a[s].hi <= a[s].lo) b[s] = (ig_range){0, 0};
-            else if (L == 0) b[s] = ig_first_token_range(sh, lm->w, t);
+            else if (L == 0) b[s] = ig_first_token_range(lm->shard[s], lm->w, t);
             else b[s] = narrow_small(lm, s, a[s], L, t);
             tot += (uint64_t)(b[s].hi - b[s].lo);
         }
+        if (diff) tot = rows_total(lm, b); /* over a difference: the net count */
         if (!tot) break;
         nd = L + 1;
     }
     return nd;
 }
 
-static inline uint64_t child_count(const ig_lm *lm, ig_range *next, int64_t nd, int64_t L) {
+static inline uint64_t child_count(ig_lm *lm, ig_range *next, int64_t nd, int64_t L) {
     return L + 1 <= nd ? rows_total(lm, lm_row(lm, next, L + 1)) : 0;
 }
 
 /* Exactly one distinct continuation. */
-static int is_single(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
+static int is_single(ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
+    if (rows_removed(lm, rs)) return ig_lm_single_net(lm, rs, d, eod);
     int have = 0;
     uint32_t t0 = 0;
     for (int s = 0; s < lm->S; s++) {
         int64_t hi = ig_lm_cont_hi(lm, s, rs[s], d, eod);
         if (hi <= rs[s].lo) continue;
-        const ig_shard *sh = &lm->ix->shards[s];
+        const ig_shard *sh = lm->shard[s];
         uint32_t a = tok_rank(sh, lm->w, rs[s].lo, d), b = tok_rank(sh, lm->w, hi - 1, d);
         if (a != b || (have && a != t0)) return 0;
         have = 1;
@@ -191,7 +218,8 @@ static int is_single(const ig_lm *lm, const ig_range *rs, int64_t d, int eod) {
 
 /* Without eod, the rows 1..E whose strings end a document (and so have a separator run to
    leave out). A document-final occurrence of ctx_L is one of every shorter suffix too, so they
-   are a prefix: usually E = 0 after one check. */
+   are a prefix: usually E = 0 after one check. (Over a difference E may be too deep, which only
+   costs a search: a row beyond it has no separator run to leave out.) */
 static int64_t sep_depth(const ig_lm *lm, ig_range *rows, int64_t top, int eod) {
     if (eod) return 0;
     int64_t E = 0;
@@ -199,7 +227,7 @@ static int64_t sep_depth(const ig_lm *lm, ig_range *rows, int64_t top, int eod) 
         const ig_range *rs = lm_row(lm, rows, L);
         int has = 0;
         for (int s = 0; s < lm->S && !has; s++)
-            has = rs[s].hi > rs[s].lo && tok_rank(&lm->ix->shards[s], lm->w, rs[s].hi - 1, L) == lm->sep;
+            has = rs[s].hi > rs[s].lo && tok_rank(lm->shard[s], lm->w, rs[s].hi - 1, L) == lm->sep;
         if (!has) break;
         E = L;
     }
@@ -207,13 +235,13 @@ static int64_t sep_depth(const ig_lm *lm, ig_range *rows, int64_t top, int eod) 
 }
 
 /* Continuations of row L, given sep_depth's E. */
-static inline uint64_t row_T(const ig_lm *lm, ig_range *rows, int64_t L, int64_t E) {
+static inline uint64_t row_T(ig_lm *lm, ig_range *rows, int64_t L, int64_t E) {
     const ig_range *rs = lm_row(lm, rows, L);
     return L <= E ? ig_lm_cont_total(lm, rs, L, 0) : rows_total(lm, rs);
 }
 
 /* Deepest row <= top with a continuation (-1 if none). */
-static int64_t deepest(const ig_lm *lm, ig_range *rows, int64_t top, int eod) {
+static int64_t deepest(ig_lm *lm, ig_range *rows, int64_t top, int eod) {
     int64_t E = sep_depth(lm, rows, top, eod), L = top;
     while (L >= 0 && row_T(lm, rows, L, E) == 0) L--;
     return L;
@@ -349,7 +377,7 @@ int ig_lm_score(ig_lm *lm, const ig_lm_config *cfg, const uint32_t *ids, int64_t
         next = t;
         depth = nd < cap ? nd : cap;
     }
-    return IG_OK;
+    return ig_src_failed(&lm->src, err, errlen);
 }
 
 /* ------------------------------------------------------------------ per-level statistics */
@@ -358,6 +386,7 @@ int ig_lm_levels(ig_lm *lm, const uint32_t *ids, int64_t n, int64_t begin, int64
                  int64_t max_depth, int eod, int with_cont, int64_t *out, int64_t cap,
                  int64_t *rows_out, int64_t *next_pos, char *err, size_t errlen) {
     if (!lm) return ig_fail(err, errlen, IG_ERR_ARG, "NULL lm handle");
+    lm->src.fail = 0;
     int rc = ig_check_ids(lm->ix, ids, n, "levels", err, errlen);
     if (rc) return rc;
     if (begin < 0 || end > n || begin > end)
@@ -397,7 +426,7 @@ int ig_lm_levels(ig_lm *lm, const uint32_t *ids, int64_t n, int64_t begin, int64
     }
     *rows_out = rows;
     *next_pos = i;
-    return IG_OK;
+    return ig_src_failed(&lm->src, err, errlen);
 }
 
 /* ------------------------------------------------------------------ distributions */
@@ -507,7 +536,7 @@ int ig_lm_distribution(ig_lm *lm, const ig_lm_config *cfg, const uint32_t *ctx, 
     int64_t depth = rows_init(lm, lm->rows_a, ctx, n, method_cap(cfg)), sl;
     uint64_t m;
     materialise(lm, cfg, lm->rows_a, depth, probs, &sl, &m);
-    return IG_OK;
+    return ig_src_failed(&lm->src, err, errlen);
 }
 
 /* ------------------------------------------------------------------ random numbers */
@@ -545,13 +574,16 @@ static uint64_t rng_below(uint64_t *s, uint64_t n) {
 /* ------------------------------------------------------------------ sampling */
 
 /* Token at a uniform random continuing rank of rows row L: exactly the ∞-gram distribution
-   of that context, as the ranks are ordered by next token. */
+   of that context, as the ranks are ordered by next token. (Over a difference, always the net
+   rank in token order, whatever the shards: the draw of a one-shard index rebuilt without the
+   removed documents.) */
 static uint32_t sample_rank(ig_lm *lm, ig_range *rs, int64_t L, uint64_t total, int eod, uint64_t *rng) {
     uint64_t r = rng_below(rng, total);
+    if (lm->src.M) return ig_lm_token_at_net(lm, rs, L, eod, r);
     for (int s = 0; s < lm->S; s++) {
         if (rs[s].hi <= rs[s].lo) continue;
         uint64_t cnt = (uint64_t)(ig_lm_cont_hi(lm, s, rs[s], L, eod) - rs[s].lo);
-        if (r < cnt) return tok_rank(&lm->ix->shards[s], lm->w, rs[s].lo + (int64_t)r, L);
+        if (r < cnt) return tok_rank(lm->shard[s], lm->w, rs[s].lo + (int64_t)r, L);
         r -= cnt;
     }
     return lm->sep; /* not reached */
@@ -713,5 +745,5 @@ int ig_lm_generate(ig_lm *lm, const ig_lm_config *cfg, const ig_lm_sampling *smp
         }
     }
     *n_out = count;
-    return IG_OK;
+    return ig_src_failed(&lm->src, err, errlen);
 }

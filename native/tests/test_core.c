@@ -223,9 +223,85 @@ static int sub_corpus(const ref_corpus *c, int removed, const char *name, ref_co
     return ref_corpus_write(out, ref_tmpdir(), name, 0) || ref_corpus_open(out, ix);
 }
 
+/* The LM over ix minus rm answers as the LM over keep (the kept documents in one shard): scores,
+   distributions and per-level statistics bit for bit for every method, seeded generation token
+   for token, count-of-counts; the reverse difference (not a subset) fails with IG_ERR_ARG. */
+static void test_diff_lm(const ref_corpus *c, ig_index *ix, ig_index *rm, ig_index *keep) {
+    ig_lm *ld = NULL, *lk = NULL, *bad = NULL;
+    CHECK(ig_diff_lm_new(&ld, ix, rm, 12, 0, err, sizeof err) == IG_OK, "diff lm: %s", err);
+    CHECK(ig_lm_new(&lk, keep, 12, 0, err, sizeof err) == IG_OK, "keep lm: %s", err);
+    CHECK(ig_diff_lm_new(&bad, ix, NULL, 12, 0, err, sizeof err) == IG_ERR_ARG && !bad, "diff lm without minus");
+    if (!ld || !lk) goto done;
+    enum { N = 120 };
+    uint32_t q[N];
+    int64_t total = c->offsets[c->n_docs];
+    for (int64_t i = 0; i < N; i++) q[i] = i % 41 == 40 ? c->vocab - 1 : c->ids[(i * 7 + i / 13) % total];
+    double d1[2] = {0.6, 0.8}, d2[2] = {1.1, 1.3}, d3[2] = {1.5, 2.0}, th[2] = {0.5, 0.0};
+    size_t slots = (size_t)c->vocab + 1;
+    double *pd = malloc(N * sizeof *pd), *pk = malloc(N * sizeof *pk);
+    double *dd = malloc(slots * sizeof *dd), *dk = malloc(slots * sizeof *dk);
+    int64_t sld[N], slk[N];
+    uint8_t spd[N], spk[N];
+    for (int v = 0; v < 5 && pd && pk && dd && dk; v++) {
+        for (int eod = 0; eod < 2; eod++) {
+            ig_lm_config cfg = {v < 2 ? v : IG_LM_SMOOTH, 12, eod, v == 1 ? 2 : -1, 0.5, 0.0,
+                                {v == 4 ? 3 : 12, v == 4, 0, v == 3, 2, d1, d2, d3, th}};
+            int a = ig_lm_score(ld, &cfg, q, N, pd, sld, spd, err, sizeof err);
+            int b = ig_lm_score(lk, &cfg, q, N, pk, slk, spk, err, sizeof err);
+            int same = a == IG_OK && b == IG_OK;
+            for (int64_t i = 0; same && i < N; i++) same = pd[i] == pk[i] && sld[i] == slk[i] && spd[i] == spk[i];
+            CHECK(same, "diff lm score, variant %d eod %d", v, eod);
+            for (int64_t n = 0; n < N; n += 29) {
+                a = ig_lm_distribution(ld, &cfg, q, n, dd, err, sizeof err);
+                b = ig_lm_distribution(lk, &cfg, q, n, dk, err, sizeof err);
+                CHECK(a == IG_OK && b == IG_OK && !memcmp(dd, dk, slots * sizeof *dd), "diff lm distribution, "
+                      "variant %d eod %d context %lld", v, eod, (long long)n);
+            }
+            ig_lm_sampling smp = {0, v == 2 ? 0.8 : 1.0, v == 2 ? 3 : 0, 1.0};
+            uint64_t rd[4] = {1, 2, 3, (uint64_t)v}, rk[4] = {1, 2, 3, (uint64_t)v}, md[16], mk[16];
+            uint32_t gd[16], gk[16];
+            int64_t gsd[16], gsk[16], nd = -1, nk = -1;
+            int ed = -1, ek = -1;
+            a = ig_lm_generate(ld, &cfg, &smp, q, 10, 16, rd, NULL, 0, gd, gsd, md, &nd, &ed, err, sizeof err);
+            b = ig_lm_generate(lk, &cfg, &smp, q, 10, 16, rk, NULL, 0, gk, gsk, mk, &nk, &ek, err, sizeof err);
+            same = a == IG_OK && b == IG_OK && nd == nk && ed == ek;
+            for (int64_t i = 0; same && i < nd; i++) same = gd[i] == gk[i] && gsd[i] == gsk[i] && md[i] == mk[i];
+            CHECK(same, "diff lm generate, variant %d eod %d", v, eod);
+        }
+    }
+    enum { CAP = 12 * (N + 1) };
+    int64_t *rows_d = malloc(CAP * IG_LM_NSTAT * sizeof(int64_t)), *rows_k = malloc(CAP * IG_LM_NSTAT * sizeof(int64_t));
+    int64_t nrd = -1, nrk = -1, nxd = -1, nxk = -1;
+    if (rows_d && rows_k) {
+        int a = ig_lm_levels(ld, q, N, 0, N, 12, 0, 1, rows_d, CAP, &nrd, &nxd, err, sizeof err);
+        int b = ig_lm_levels(lk, q, N, 0, N, 12, 0, 1, rows_k, CAP, &nrk, &nxk, err, sizeof err);
+        CHECK(a == IG_OK && b == IG_OK && nrd == nrk && nxd == nxk &&
+              !memcmp(rows_d, rows_k, (size_t)nrd * IG_LM_NSTAT * sizeof(int64_t)), "diff lm levels");
+    }
+    uint64_t rawd[6 * 5], contd[6 * 5], typd[6], rawk[6 * 5], contk[6 * 5], typk[6];
+    CHECK(ig_diff_lm_count_of_counts(ix, rm, 6, 5, rawd, contd, typd, err, sizeof err) == IG_OK &&
+          ig_lm_count_of_counts(keep, 6, 5, rawk, contk, typk, err, sizeof err) == IG_OK &&
+          !memcmp(rawd, rawk, sizeof rawd) && !memcmp(contd, contk, sizeof contd) && !memcmp(typd, typk, sizeof typd),
+          "diff count_of_counts");
+    /* rm minus ix: the whole corpus has a negative net count */
+    CHECK(ig_diff_lm_count_of_counts(rm, ix, 3, 3, rawd, contd, typd, err, sizeof err) == IG_ERR_ARG &&
+          strstr(err, "not a subset"), "reverse count_of_counts: %s", err);
+    if (ig_diff_lm_new(&bad, rm, ix, 12, 0, err, sizeof err) == IG_OK) {
+        ig_lm_config cfg = {IG_LM_INFGRAM, 12, 0, -1, 0.5, 0.0, {0}};
+        CHECK(ig_lm_score(bad, &cfg, q, N, pd, sld, spd, err, sizeof err) == IG_ERR_ARG && strstr(err, "not a subset"),
+              "reverse difference score: %s", err);
+        ig_lm_free(bad);
+    }
+    free(rows_d); free(rows_k); free(pd); free(pk); free(dd); free(dk);
+done:
+    ig_lm_free(ld);
+    ig_lm_free(lk);
+}
+
 /* ig_diff_draft_* over (c minus its removed documents) give what ig_draft_* give over an index
    of the kept documents: steps through a sequence with boundaries, then chains, children and
-   trees from every state met (the sanitizers watch the net-count paths). */
+   trees from every state met (the sanitizers watch the net-count paths); then the LM over the
+   same difference (test_diff_lm). */
 static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name) {
     ref_corpus rc_rm, rc_keep;
     ig_index *rm = NULL, *keep = NULL;
@@ -318,6 +394,7 @@ static void test_diff_drafts(const ref_corpus *c, ig_index *ix, const char *name
         CHECK(ig_diff_state_init(ix, rm, NULL, 0, ch, sized - 1, err, sizeof err) == IG_ERR_ARG, "diff init length");
         CHECK(ig_diff_draft_chain(ix, rm, sd, sized + 1, 6, 1, 0, 0, -1, tok, NULL, NULL, &nt, err, sizeof err) ==
                   IG_ERR_ARG, "diff chain length");
+        test_diff_lm(c, ix, rm, keep);
     }
     ig_close(rm);
     ig_close(keep);
