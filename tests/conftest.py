@@ -36,6 +36,9 @@ import contextlib
 import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import uuid
@@ -350,3 +353,12 @@ def assert_index_matches(index: InfiniGramIndex, ref: "Reference", n: int = 40, 
     for i, w in enumerate(ref.score(ids)):
         assert (int(got.counts[i]), int(got.prompt_counts[i]), int(got.suffix_len[i])) == \
             (w.count, w.prompt_count, w.suffix_len), f"score position {i}"
+
+
+def interruptible_python(code: str, *args: str) -> subprocess.Popen:
+    """`python -c code args...` in a child that turns SIGINT into KeyboardInterrupt, whatever this
+    process inherited: a suite started in the background by a non-interactive shell has SIGINT
+    ignored, children inherit that, and CPython then installs no KeyboardInterrupt handler."""
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Reference, built_index
+from conftest import interruptible_python, Reference, built_index
 
 from infinigram_hf import InfiniGramIndex
 from infinigram_hf.index.states import extend_state, init_state
@@ -302,8 +302,7 @@ def test_ctrl_c_stops_dense_scoring_within_a_second(what, tmp_path):
     """SIGINT lands 0.5 s into a scoring call that would run for many seconds: the call stops and
     KeyboardInterrupt is raised at once (before: only when the C call returned)."""
     n = 6_000_000
-    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPT_CHILD, str(tmp_path / "ix"), what, str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = interruptible_python(_INTERRUPT_CHILD, str(tmp_path / "ix"), what, str(n))
     try:
         assert proc.stdout.readline().strip() == "start"
         import time

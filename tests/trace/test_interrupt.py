@@ -4,12 +4,12 @@ the call would have returned, and the index answers correctly afterwards."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
+
+from conftest import interruptible_python
 
 _CHILD = textwrap.dedent("""
     import sys, time, numpy as np
@@ -44,8 +44,7 @@ _CHILD = textwrap.dedent("""
 def test_ctrl_c_stops_a_long_trace_call(what, n, tmp_path):
     """SIGINT lands 0.5 s into a call that would run for many seconds: KeyboardInterrupt comes
     within seconds (before: only when the C call returned) and the process goes on answering."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "ix"), what, str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = interruptible_python(_CHILD, str(tmp_path / "ix"), what, str(n))
     try:
         assert proc.stdout.readline().strip() == "start"
         time.sleep(0.5)
