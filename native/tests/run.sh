@@ -12,6 +12,8 @@ FLAGS=(-g -O1 -std=c99 -D_GNU_SOURCE -pthread -Inative/include -Inative/src -fno
 [ -n "$SANITIZE" ] && FLAGS+=("-fsanitize=$SANITIZE" -fno-sanitize-recover=undefined)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# A test that hangs fails after this many seconds instead of holding CI until its limit.
+TEST_TIMEOUT=${TEST_TIMEOUT:-900}
 failed=0
 # The public header stands alone, as C99 and as C++ (its extern "C" guards), without a warning;
 # an area header included on its own is refused.
@@ -39,9 +41,11 @@ for test in native/tests/test_*.c; do
     name=$(basename "${test%.c}")
     $CC "${FLAGS[@]}" "$test" native/src/*.c -lm -o "$OUT/$name"
     start=$(date +%s)
-    if "$OUT/$name"; then
+    if timeout "$TEST_TIMEOUT" "$OUT/$name"; then
         echo "native/tests/run.sh: $name passed ($(( $(date +%s) - start )) s, $CC -fsanitize=${SANITIZE:-none})"
     else
+        rc=$?
+        [ $rc -eq 124 ] && echo "native/tests/run.sh: $name ran past ${TEST_TIMEOUT} s" >&2
         echo "native/tests/run.sh: $name FAILED" >&2
         failed=1
     fi
