@@ -17,10 +17,14 @@ import mixing_table  # noqa: E402
 from infinigram_hf import TokenScores, fit_mixing, interpolate, tune_lambdas  # noqa: E402
 from infinigram_hf.lm.learned_mixing import FEATURES  # noqa: E402
 
+INFGRAM5 = ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob")
 SUBSETS = {
-    "all 7": tuple(FEATURES),
+    f"all {len(FEATURES)}": tuple(FEATURES),
     "without neural_entropy": tuple(f for f in FEATURES if f != "neural_entropy"),
-    "∞-gram only (5)": ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob"),
+    "∞-gram only (5)": INFGRAM5,
+    "∞-gram 5 + log_agreement": INFGRAM5 + ("log_agreement",),
+    "∞-gram 5 + log_agreement + neural_logprob_infgram_top": INFGRAM5 + ("log_agreement", "neural_logprob_infgram_top"),
+    "∞-gram 5 + neural_logprob_infgram_top": INFGRAM5 + ("neural_logprob_infgram_top",),
     "sparse + log_effective_n": ("sparse", "log_effective_n"),
 }
 
@@ -28,16 +32,23 @@ SUBSETS = {
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--domain", choices=["stdlib", "linux"], required=True)
+    ap.add_argument("--full", action="store_true", help="the caches of the whole splits (else the samples)")
+    ap.add_argument("--hidden", default="16", help="MLP hidden widths, comma-separated")
     args = ap.parse_args(argv)
+    hidden = tuple(int(h) for h in args.hidden.split(","))
     cache = mixing_table.domain_spec(args.domain)["model_dir"] / "mixing-cache"
-    val = TokenScores.load(next(cache.glob("validation-*-all.npz")))
-    test = TokenScores.load(next(cache.glob("heldout-*-all.npz")))
+    # the whole splits' caches are the largest of each split; the samples' the smallest
+    pick = (lambda ps: max(ps, key=lambda q: q.stat().st_size)) if args.full else \
+        (lambda ps: min(ps, key=lambda q: q.stat().st_size))
+    val = TokenScores.load(pick(list(cache.glob("validation-*-all.npz"))))
+    test = TokenScores.load(pick(list(cache.glob("heldout-*-all.npz"))))
+    print(f"validation {len(val):,} tokens, held-out {len(test):,} tokens")
     two = tune_lambdas(val)
     print(f"{args.domain}: neural {interpolate(test, 0, 0).perplexity:.2f}, two-λ "
           f"{interpolate(test, two.lambda_sparse, two.lambda_dense).perplexity:.2f}")
-    print("| features | learned PPL (mlp 16) | logistic |\n|---|---:|---:|")
+    print(f"| features | learned PPL (mlp {args.hidden}) | logistic |\n|---|---:|---:|")
     for name, feats in SUBSETS.items():
-        m = fit_mixing(val, family="mlp", hidden=16, features=feats).model
+        m = fit_mixing(val, family="mlp", hidden=hidden, features=feats).model
         lg = fit_mixing(val, family="logistic", features=feats).model
         print(f"| {name} | {interpolate(test, mixing=m).perplexity:.2f} | {interpolate(test, mixing=lg).perplexity:.2f} |",
               flush=True)

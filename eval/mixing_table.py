@@ -76,13 +76,15 @@ def cached_scores(spec: dict, split: str, docs: List[np.ndarray], fraction: str,
     n_tok = sum(len(d) for d in docs)
     cache = spec["model_dir"] / "mixing-cache"
     cache.mkdir(exist_ok=True)
-    path = cache / f"{split}-{len(docs)}docs-{n_tok}tok-w{args.window}-s{args.stride}-{fraction}.npz"
+    tag = "-reused" if fraction != "all" and args.reuse_model_pass else ""
+    path = cache / f"{split}-{len(docs)}docs-{n_tok}tok-w{args.window}-s{args.stride}-{fraction}{tag}.npz"
     if path.exists():
         return TokenScores.load(path)
     t = time.time()
-    if fraction == "all":
+    if fraction == "all" or not args.reuse_model_pass:
+        # (a model pass per datastore: the agreement features compare the model with the index)
         model, _ = model_loader()
-        s = token_scores(model, None, docs, spec["index"]("all"), window=args.window, stride=args.stride,
+        s = token_scores(model, None, docs, spec["index"](fraction), window=args.window, stride=args.stride,
                          batch_size=args.batch_size, progress=False)
     else:
         full = cached_scores(spec, split, docs, "all", model_loader, args)
@@ -104,6 +106,8 @@ def main(argv=None) -> None:
                     help="cut sampled documents to this many tokens (with a token cap only)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-only", action="store_true", help="compute the cached scores and stop")
+    ap.add_argument("--reuse-model-pass", action="store_true",
+                    help="score the smaller datastores with with_index (no model pass; no agreement features)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
 

@@ -6,6 +6,8 @@ rest runs where the scores are.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -37,8 +39,11 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
 
 # ------------------------------------------------------------------ learned mixing (issue 20)
 
-# Host-side ∞-gram features of each row, in this column order (see learned_mixing.FEATURES).
-HOST_COLUMNS = ("effective_n", "sparse", "context_count", "num_distinct", "top_infgram_prob")
+# Host-side ∞-gram features of each row, in this column order (see learned_mixing.FEATURES);
+# top_token: the model's id of the ∞-gram's most likely continuation (-1: none).
+HOST_COLUMNS = ("effective_n", "sparse", "context_count", "num_distinct", "top_infgram_prob", "top_token")
+AGREEMENT_FLOOR = 1e-300  # the probability the agreement features clamp to (as token_scores does)
+LOG_FLOOR = math.log(AGREEMENT_FLOOR)
 
 
 def neural_entropy(logp: torch.Tensor) -> torch.Tensor:
@@ -46,9 +51,29 @@ def neural_entropy(logp: torch.Tensor) -> torch.Tensor:
     return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
 
 
-def feature_columns(names, host: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+def _agreement(logp: torch.Tensor, entries, dtype) -> torch.Tensor:
+    """ln Σ_y P_∞(y)·P_neural(y) per row from the (row, token, ln P_∞) entries (0: no entries)."""
+    r_idx, c_idx, lpi = entries
+    n = logp.shape[0]
+    mass = torch.zeros(n, dtype=dtype, device=logp.device).index_add_(
+        0, r_idx, torch.exp(logp[r_idx, c_idx].to(dtype) + lpi.to(dtype)))
+    has = torch.zeros(n, dtype=torch.bool, device=logp.device)
+    has[r_idx] = True
+    return torch.where(has, torch.log(mass.clamp_min(AGREEMENT_FLOOR)), torch.zeros((), dtype=dtype, device=logp.device))
+
+
+def _neural_at_top(logp: torch.Tensor, top_token: torch.Tensor, dtype) -> torch.Tensor:
+    """ln P_neural of each row's top ∞-gram continuation (0 where it has none)."""
+    ok = top_token >= 0
+    rows = torch.arange(logp.shape[0], device=logp.device)
+    lp = logp[rows, top_token.clamp_min(0).long()].to(dtype).clamp_min(LOG_FLOOR)
+    return torch.where(ok, lp, torch.zeros((), dtype=dtype, device=logp.device))
+
+
+def feature_columns(names, host: torch.Tensor, logp: torch.Tensor, entries=None) -> torch.Tensor:
     """(rows, len(names)) raw features, the torch twin of learned_mixing.raw_to_feature: host =
-    the HOST_COLUMNS of every row, logp = the model's log-probabilities (rows, vocab)."""
+    the HOST_COLUMNS of every row, logp = the model's log-probabilities (rows, vocab), entries =
+    the rows' P_∞ as (row, token, ln P_∞) tensors (for log_agreement)."""
     col = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
     out = []
     for name in names:
@@ -66,6 +91,10 @@ def feature_columns(names, host: torch.Tensor, logp: torch.Tensor) -> torch.Tens
             out.append(neural_entropy(logp).to(host.dtype))
         elif name == "neural_top_prob":
             out.append(logp.max(dim=-1).values.to(host.dtype).exp())
+        elif name == "log_agreement":
+            out.append(_agreement(logp, entries, host.dtype))
+        elif name == "neural_logprob_infgram_top":
+            out.append(_neural_at_top(logp, col["top_token"], host.dtype))
         else:  # pragma: no cover (names are checked when the model is made)
             raise ValueError(f"unknown mixing feature {name!r}")
     return torch.stack(out, dim=1)
@@ -118,7 +147,7 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     lpi = buf[2 * m:3 * m].view(torch.float64).to(fdt)
     host_t = buf[3 * m:3 * m + n * k].view(torch.float64).to(fdt).reshape(n, k)
     act = buf[3 * m + n * k:].bool()
-    x = feature_columns(mixing.model.features, host_t, logp)
+    x = feature_columns(mixing.model.features, host_t, logp, (r_idx, c_idx, lpi))
     lam = torch.where(act, mixing.lambdas(x), torch.zeros((), dtype=fdt, device=dev))
     shift = torch.log1p(-lam)
     with torch.no_grad():
@@ -130,10 +159,11 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     return logp
 
 
-def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor) -> np.ndarray:
+def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
     """λ per row in numpy, for scores on the CPU (there the host is the scores' device, and numpy
     on a (rows, features) array costs microseconds where a chain of small torch ops costs a
-    millisecond): the neural features are read off logp with one torch reduction each."""
+    millisecond): the neural features are read off logp with one torch reduction each; entries
+    = the rows' P_∞ as (row, token, ln P_∞) numpy arrays (for log_agreement)."""
     names = model.features
     cols = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
     x = np.empty((len(host), len(names)))
@@ -152,6 +182,16 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
             x[:, j] = neural_entropy(logp).double().numpy()
         elif name == "neural_top_prob":
             x[:, j] = np.exp(logp.max(dim=-1).values.double().numpy())
+        elif name == "log_agreement":
+            row_of, tok, lpi = entries
+            at = logp[torch.from_numpy(row_of), torch.from_numpy(tok)].double().numpy()
+            mass = np.bincount(row_of, weights=np.exp(at + lpi), minlength=len(host))
+            has = np.bincount(row_of, minlength=len(host)) > 0
+            x[:, j] = np.where(has, np.log(np.maximum(mass, AGREEMENT_FLOOR)), 0.0)
+        elif name == "neural_logprob_infgram_top":
+            tt = cols["top_token"].astype(np.int64)
+            at = logp[torch.arange(len(host)), torch.from_numpy(np.maximum(tt, 0))].double().numpy()
+            x[:, j] = np.where(tt >= 0, np.maximum(at, LOG_FLOOR), 0.0)
     z = model.logits(x)
     lam = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z) without overflow
     return np.where(active, lam, 0.0)

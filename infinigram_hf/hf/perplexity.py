@@ -13,6 +13,7 @@ each document has no context and is not scored.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -105,6 +106,7 @@ def infgram_scores(index: InfiniGramIndex, ids: np.ndarray) -> tuple[np.ndarray,
 
 
 _INFGRAM_FEATURES = ("context_count", "num_distinct", "top_infgram_prob")
+_AGREEMENT_FEATURES = ("neural_infgram_agreement", "neural_logprob_infgram_top")
 _NTD_ROWS = 4096  # contexts per distribution batch (bounds the batch's entries)
 
 
@@ -114,11 +116,14 @@ def neural_entropy(logp: Any) -> Any:
     return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
 
 
-def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: bool = True
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: bool = True,
+                     entries: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """`infgram_scores` plus the ∞-gram context features of every position: the count of the
     matched suffix, and (distributions=True) the number of distinct continuations and the top
     P_∞ of its next-token distribution -- what the processor sees for the same context.
+    entries=True (with distributions) also returns every position's whole distribution as
+    feats["entries"] = (offsets, token ids, P_∞), what the features that compare it with the
+    model's distribution need (`token_scores`).
 
     Ids the index cannot hold restart the context, as in `infgram_scores`; positions holding one
     get count 0, 0 continuations and top P_∞ 0."""
@@ -126,24 +131,43 @@ def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: 
     probs, sparse, eff = np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
     count = np.zeros(n)
     distinct, top = np.zeros(n), np.zeros(n)
+    parts: list = []  # (first position, offsets, tokens, P_∞) per segment
     for a, b in segments(ids, index.vocab_size):
         s = index.score(ids[a:b])
         probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
         count[a:b] = s.prompt_counts
         if distributions:
-            distinct[a:b], top[a:b] = _suffix_distributions(index, ids[a:b], s.suffix_len)
+            distinct[a:b], top[a:b], ent = _suffix_distributions(index, ids[a:b], s.suffix_len, entries)
+            if entries:
+                parts.append((a,) + ent)
     feats = {"context_count": count}
     if distributions:
         feats.update(num_distinct=distinct, top_infgram_prob=top)
+        if entries:
+            feats["entries"] = _stitch_entries(n, parts)
     return probs, sparse, eff, feats
 
 
-def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct continuations, top P_∞) of the matched suffix before every position of seq: the
-    n-gram distribution of exactly that suffix (the one the ∞-gram estimate used)."""
+def _stitch_entries(n: int, parts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One (offsets, tokens, P_∞) over all n positions from per-segment pieces (positions outside
+    every segment have no entries)."""
+    width = np.zeros(n, np.int64)
+    for a, off, _, _ in parts:
+        width[a:a + len(off) - 1] = np.diff(off)
+    offsets = np.zeros(n + 1, np.int64)
+    offsets[1:] = np.cumsum(width)
+    cat = lambda i, dt: np.concatenate([q[i] for q in parts]) if parts else np.zeros(0, dt)  # noqa: E731
+    return offsets, cat(2, np.int64), cat(3, np.float64)
+
+
+def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: np.ndarray, entries: bool = False
+                          ) -> tuple[np.ndarray, np.ndarray, Optional[tuple]]:
+    """(distinct continuations, top P_∞, entries) of the matched suffix before every position of
+    seq: the n-gram distribution of exactly that suffix (the one the ∞-gram estimate used);
+    entries = (offsets, tokens, P_∞) of those distributions when asked for, else None."""
     n = len(seq)
     distinct, top = np.zeros(n), np.zeros(n)
+    offs_all, toks_all, probs_all = [np.zeros(1, np.int64)], [], []
     for lo in range(0, n, _NTD_ROWS):
         hi = min(n, lo + _NTD_ROWS)
         pos = np.arange(lo, hi)
@@ -161,7 +185,55 @@ def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: n
         if has.any():
             mx = np.maximum.reduceat(cnt, d.offsets[:-1][has]) if len(cnt) else np.zeros(0)
             top[lo:hi][has] = mx / np.maximum(d.total[has].astype(np.float64), 1.0)
-    return distinct, top
+        if entries:
+            offs_all.append(offs_all[-1][-1] + np.asarray(d.offsets[1:], np.int64))
+            toks_all.append(np.asarray(d.token_ids, np.int64))
+            probs_all.append(cnt / np.repeat(np.maximum(d.total.astype(np.float64), 1.0), width))
+    if not entries:
+        return distinct, top, None
+    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
+    return distinct, top, (np.concatenate(offs_all), cat(toks_all, np.int64), cat(probs_all, np.float64))
+
+
+AGREEMENT_FLOOR = 1e-300  # (a probability the features clamp to: ln 0 would reach the mixing model)
+
+
+def agreement_features(rows: Any, entries: tuple, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """For positions lo..hi-1 of a document whose model log-probabilities are `rows` (hi - lo,
+    vocab; torch) and whose ∞-gram distributions are `entries` (offsets, tokens, P_∞):
+    (ln Σ_y P_∞(y)·P_neural(y), ln P_neural(argmax_y P_∞(y))) per position; 0 where P_∞ is empty.
+    Both describe the context only (learned_mixing.FEATURES)."""
+    import torch
+    offsets, toks, probs = entries
+    off = offsets[lo:hi + 1]
+    width = np.diff(off)
+    k = len(width)
+    agree, top = np.zeros(k), np.zeros(k)
+    if off[-1] == off[0]:
+        return agree, top
+    sl = slice(int(off[0]), int(off[-1]))
+    row = np.repeat(np.arange(k), width)
+    tk = toks[sl]
+    t = torch.from_numpy(np.maximum(tk, 0)).to(rows.device)
+    r = torch.from_numpy(row).to(rows.device)
+    lp = rows[r, t].double().cpu().numpy()  # ln P_neural at the ∞-gram's continuations
+    lp[tk < 0] = -np.inf  # end-of-document without a BOS/EOS id: no model probability
+    p = probs[sl]
+    has = width > 0
+    starts = (off[:-1] - off[0])[has]
+    mass = np.zeros(k)
+    mass[has] = np.add.reduceat(p, starts)
+    agree[has] = np.log(np.maximum(np.add.reduceat(p * np.exp(lp), starts), AGREEMENT_FLOOR))
+    agree[mass == 0] = 0.0
+    # the continuation with the largest P_∞ (the first of equals, as in the index's order)
+    best = np.full(k, np.inf)
+    best[has] = np.maximum.reduceat(p, starts)
+    best[mass == 0] = np.inf
+    idx = np.flatnonzero(p >= best[row])
+    uniq, where = np.unique(row[idx], return_index=True)  # (idx is sorted: the first per row)
+    top[uniq] = np.maximum(lp[idx[where]], math.log(AGREEMENT_FLOOR))
+    top[uniq[tk[idx[where]] < 0]] = 0.0
+    return agree, top
 
 
 def _forward_kwargs(model: Any) -> set:
@@ -220,12 +292,19 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
 
     # ∞-gram: one dense pass per document; keep the scored positions only.
     wins: List[_Window] = []
-    inf_p, inf_s, inf_n, inf_f, doc_of, slots = [], [], [], [], [], []
+    inf_p, inf_s, inf_n, inf_f, doc_of, slots, entries = [], [], [], [], [], [], []
     total = 0
     for i, (d, s) in enumerate(zip(docs, seqs)):
-        p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions)
+        p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions,
+                                            entries=infgram_distributions)
         keep = slice(1 - off, None)  # doc positions scored: all with BOS, from 1 without
         inf_p.append(p[keep]); inf_s.append(sp[keep]); inf_n.append(en[keep])
+        if "entries" in feats:  # (kept per document until its windows are scored)
+            e_off, e_tok, e_p = feats.pop("entries")
+            # end-of-document is the separator id in the index, BOS/EOS for the model (as in the
+            # processor); with neither, -1: no model probability
+            e_tok[e_tok == index.separator_id] = bos if bos is not None else -1
+            entries.append((e_off[1 - off:], e_tok, e_p))
         inf_f.append({k: v[keep] for k, v in feats.items()})
         doc_of.append(np.full(len(p[keep]), i, dtype=np.int64))
         slots.append(total)
@@ -233,6 +312,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
         wins.extend(_Window(i, b, e, f) for b, e, f in windows(len(s), window, stride))
     neural = np.full(total, np.nan)
     entropy, top = np.full(total, np.nan), np.full(total, np.nan)
+    agree = {k: np.zeros(total) for k in _AGREEMENT_FEATURES} if entries else {}
 
     device = next(model.parameters()).device
     kw = _forward_kwargs(model)
@@ -267,6 +347,11 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
                     # context features of learned mixing (free: the rows are at hand)
                     entropy[start:start + len(lp)] = neural_entropy(rows).double().cpu().numpy()
                     top[start:start + len(lp)] = rows.max(dim=-1).values.double().cpu().numpy()
+                    if entries:
+                        lo = start - slots[w.doc]
+                        a_, t_ = agreement_features(rows, entries[w.doc], lo, lo + len(lp))
+                        agree["neural_infgram_agreement"][start:start + len(lp)] = a_
+                        agree["neural_logprob_infgram_top"][start:start + len(lp)] = t_
                 bar.update(sum(w.end - w.first for w in batch))
     finally:
         bar.close()
@@ -276,13 +361,15 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
     return TokenScores.from_arrays(neural, np.concatenate(inf_p) if inf_p else [],
                                    np.concatenate(inf_s) if inf_s else [], np.concatenate(inf_n) if inf_n else [],
                                    np.concatenate(doc_of) if doc_of else [], neural_entropy=entropy,
-                                   neural_top_logprob=top, **feats)
+                                   neural_top_logprob=top, **feats, **agree)
 
 
 def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
                text_column: str = "text", infgram_distributions: Optional[bool] = None) -> TokenScores:
     """The same tokens with P_∞ (and the ∞-gram context features) from another index; the neural
-    side is reused, not recomputed.
+    side is reused, not recomputed. The features that compare the model's distribution with the
+    ∞-gram's (neural_infgram_agreement, neural_logprob_infgram_top) are dropped: they need the
+    model pass, so a mixing model that uses them needs `token_scores` with the new index.
 
     `data` must be what `scores` were computed on. Useful for datastore ablations.
     `infgram_distributions`: compute num_distinct / top_infgram_prob (default: when `scores`
@@ -310,7 +397,10 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
             fs.append({name: v[len(d) - k:] for name, v in f.items()})
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
     feats = {name: cat([f[name] for f in fs], np.float64) for name in (fs[0] if fs else ())}
-    neural = {name: v for name, v in scores.features().items() if name.startswith("neural_")}
+    # the model's own features carry over; the agreement ones compare its distribution with the
+    # old index's and would be stale (recomputing them needs the model pass: token_scores)
+    neural = {name: v for name, v in scores.features().items()
+              if name.startswith("neural_") and name not in _AGREEMENT_FEATURES}
     return TokenScores.from_arrays(scores.neural_logprob, cat(p, np.float64), cat(sp, bool), cat(en, np.int64),
                                    scores.doc_index, **neural, **feats)
 

@@ -176,12 +176,24 @@ class InfiniGramLogitsProcessor(_Base):
         which rows mix (λ itself is computed on the scores' device)."""
         width = np.diff(d.offsets)
         top = np.zeros(n)
+        top_token = np.full(n, -1.0)
         has = width > 0
         if has.any():  # the largest count of each non-empty row, over the distribution as the index gives it
-            top[has] = np.maximum.reduceat(d.counts.astype(np.float64), d.offsets[:-1][has]) / \
-                np.maximum(d.total[has].astype(np.float64), 1.0)
+            raw = d.counts.astype(np.float64)
+            best = np.maximum.reduceat(raw, d.offsets[:-1][has])
+            top[has] = best / np.maximum(d.total[has].astype(np.float64), 1.0)
+            # its token (the first of equal counts, in the index's token-id order), as the model's id
+            rows = np.repeat(np.arange(n), width)
+            full_best = np.zeros(n)
+            full_best[has] = best
+            idx = np.flatnonzero(raw >= full_best[rows])
+            first_rows, where = np.unique(rows[idx], return_index=True)
+            ids = d.token_ids[idx[where]].astype(np.int64)
+            sep = ids == self.index.separator_id
+            ids[sep] = -1 if self.eos_token_id is None else self.eos_token_id
+            top_token[first_rows] = ids
         host = np.stack([d.suffix_len + 1.0, d.sparse.astype(np.float64), d.total.astype(np.float64),
-                         width.astype(np.float64), top], axis=1)
+                         width.astype(np.float64), top, top_token], axis=1)
         assert host.shape[1] == len(HOST_COLUMNS)
         active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0)
         sel = active[row_of]
@@ -230,7 +242,7 @@ class InfiniGramLogitsProcessor(_Base):
             if not len(row_of):
                 pass
             elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
-                lam = learned_lambdas_host(self.mixing, host, active, logp)
+                lam = learned_lambdas_host(self.mixing, host, active, logp, (row_of, tok, log_p_inf))
                 with np.errstate(divide="ignore"):
                     mix_sparse(logp, row_of, tok, np.log(lam[row_of]) + log_p_inf, lam)
             else:  # λ where the scores are: no device-to-host copy

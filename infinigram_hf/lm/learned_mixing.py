@@ -49,6 +49,8 @@ FEATURES: Dict[str, str] = {
     "top_infgram_prob": "max_y P_∞(y | context)",
     "neural_entropy": "entropy (nats) of the model's next-token distribution",
     "neural_top_prob": "max_y P_neural(y | context)",
+    "log_agreement": "ln Σ_y P_∞(y | context)·P_neural(y | context): the model's mass on the ∞-gram's continuations",
+    "neural_logprob_infgram_top": "ln P_neural(argmax_y P_∞(y | context) | context)",
 }
 # The default: the ∞-gram's five. In the feature ablation (eval/RESULTS.md, issue 20) the model's
 # entropy and top probability changed held-out perplexity by under 0.3% on both domains, and they
@@ -56,7 +58,8 @@ FEATURES: Dict[str, str] = {
 DEFAULT_FEATURES = ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob")
 _SOURCES = {"log_context_count": "context_count", "log_num_distinct": "num_distinct",
             "top_infgram_prob": "top_infgram_prob", "neural_entropy": "neural_entropy",
-            "neural_top_prob": "neural_top_logprob"}
+            "neural_top_prob": "neural_top_logprob", "log_agreement": "neural_infgram_agreement",
+            "neural_logprob_infgram_top": "neural_logprob_infgram_top"}
 
 
 class MixingFormatError(ValueError):

@@ -76,6 +76,8 @@ class TokenScores:
     context_count: Optional[np.ndarray] = None       # float64: count of the matched suffix (P_∞'s denominator)
     num_distinct: Optional[np.ndarray] = None        # float64: distinct continuations of the matched suffix
     top_infgram_prob: Optional[np.ndarray] = None    # float64: max_y P_∞(y | context)
+    neural_infgram_agreement: Optional[np.ndarray] = None  # float64: ln Σ_y P_∞(y | ctx)·P_neural(y | ctx)
+    neural_logprob_infgram_top: Optional[np.ndarray] = None  # float64: ln P_neural(argmax_y P_∞(y | ctx) | ctx)
 
     @classmethod
     def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None,
@@ -139,7 +141,8 @@ class TokenScores:
                                    z["doc_index"], **{k: z[k] for k in FEATURE_FIELDS if k in z.files})
 
 
-FEATURE_FIELDS = ("neural_entropy", "neural_top_logprob", "context_count", "num_distinct", "top_infgram_prob")
+FEATURE_FIELDS = ("neural_entropy", "neural_top_logprob", "context_count", "num_distinct", "top_infgram_prob",
+                  "neural_infgram_agreement", "neural_logprob_infgram_top")
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,9 @@ def test_mixture_is_a_proper_distribution(seed):
     total = p_inf.sum(1, keepdims=True)
     p_inf = np.divide(p_inf, total, out=np.zeros_like(p_inf), where=total > 0)
     row_of, tok = np.nonzero(p_inf)
+    top_token = np.where(p_inf.sum(1) > 0, p_inf.argmax(1), -1)
     host = np.stack([rng.integers(1, 50, n), p_inf.astype(bool).sum(1) == 1, rng.integers(1, 1000, n),
-                     p_inf.astype(bool).sum(1), p_inf.max(1)], axis=1).astype(np.float64)
+                     p_inf.astype(bool).sum(1), p_inf.max(1), top_token], axis=1).astype(np.float64)
     active = p_inf.sum(1) > 0
     out = mix_sparse_learned(logp.clone(), row_of, tok, np.log(p_inf[row_of, tok]), host, active,
                              DeviceMixing(model))
@@ -111,18 +112,38 @@ def test_mixture_is_a_proper_distribution(seed):
 
 
 def test_torch_features_equal_the_numpy_ones():
+    """The processor's features (torch, and numpy for CPU scores) equal the ones token_scores
+    records, computed here directly from a dense P_∞."""
+    from infinigram_hf.hf.mixing import learned_lambdas_host
+
     rng = np.random.default_rng(3)
     n, v = 9, 30
     logp = torch.log_softmax(torch.from_numpy(rng.normal(size=(n, v)) * 3), dim=-1)
+    p_inf = rng.random((n, v)) * (rng.random((n, v)) < 0.3)
+    p_inf[4] = 0  # a row without an estimate
+    p_inf = p_inf / np.maximum(p_inf.sum(1, keepdims=True), 1e-300)
+    row_of, tok = np.nonzero(p_inf)
+    lpi = np.log(p_inf[row_of, tok])
+    has = p_inf.sum(1) > 0
+    top_token = np.where(has, p_inf.argmax(1), -1)
     host = np.stack([rng.integers(0, 40, n), rng.random(n) < 0.5, rng.integers(0, 99, n), rng.integers(0, 9, n),
-                     rng.random(n)], axis=1).astype(np.float64)
+                     rng.random(n), top_token], axis=1).astype(np.float64)
+    lp = logp.numpy()
+    agree = np.where(has, np.log(np.maximum((p_inf * np.exp(lp)).sum(1), 1e-300)), 0.0)
+    at_top = np.where(has, lp[np.arange(n), np.maximum(top_token, 0)], 0.0)
     s = TokenScores.from_arrays(np.zeros(n), np.zeros(n), host[:, 1].astype(bool), host[:, 0].astype(np.int64),
                                 context_count=host[:, 2], num_distinct=host[:, 3], top_infgram_prob=host[:, 4],
                                 neural_entropy=-(logp.exp() * logp).sum(-1).numpy(),
-                                neural_top_logprob=logp.max(-1).values.numpy())
-    got = feature_columns(list(FEATURES), torch.from_numpy(host), logp).numpy()
-    np.testing.assert_allclose(got, feature_matrix(s, list(FEATURES)), rtol=1e-12, atol=1e-12)
-    assert len(HOST_COLUMNS) == 5
+                                neural_top_logprob=logp.max(-1).values.numpy(),
+                                neural_infgram_agreement=agree, neural_logprob_infgram_top=at_top)
+    entries = (torch.from_numpy(row_of), torch.from_numpy(tok), torch.from_numpy(lpi))
+    got = feature_columns(list(FEATURES), torch.from_numpy(host), logp, entries).numpy()
+    want = feature_matrix(s, list(FEATURES))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    model = random_model(list(FEATURES), seed=3)
+    lam_host = learned_lambdas_host(model, host, np.ones(n, bool), logp, (row_of, tok, lpi))
+    np.testing.assert_allclose(lam_host, model.lambdas(s), rtol=1e-9, atol=1e-12)
+    assert HOST_COLUMNS[-1] == "top_token" and len(HOST_COLUMNS) == 6
 
 
 def test_save_load_round_trip(tmp_path):
@@ -162,19 +183,19 @@ def test_bad_files_are_refused_by_name(tmp_path):
         interpolate(lacking, mixing=random_model(["neural_entropy"]))
 
 
-def brute_features(ref: Reference, ctx: list, logp_row: np.ndarray) -> dict:
+def brute_features(ref: Reference, ctx: list, logp_row: np.ndarray, eos: int, separator: int) -> dict:
     dist, k = ref.infgram_ntd(ctx)
     total = sum(dist.values())
+    agree, at_top = brute_agreement(ref, ctx, logp_row, eos, separator)
     return dict(effective_n=k + 1, sparse=float(len(dist) == 1), context_count=total, num_distinct=len(dist),
                 top_infgram_prob=max(dist.values()) / total if total else 0.0,
-                neural_entropy=float(-(np.exp(logp_row) * logp_row).sum()), neural_top_logprob=float(logp_row.max()))
+                neural_entropy=float(-(np.exp(logp_row) * logp_row).sum()), neural_top_logprob=float(logp_row.max()),
+                neural_infgram_agreement=agree, neural_logprob_infgram_top=at_top)
 
 
 def lam_of(model: MixingModel, f: dict) -> float:
     s = TokenScores.from_arrays([0.0], [0.0], [bool(f["sparse"])], [f["effective_n"]],
-                                context_count=[f["context_count"]], num_distinct=[f["num_distinct"]],
-                                top_infgram_prob=[f["top_infgram_prob"]], neural_entropy=[f["neural_entropy"]],
-                                neural_top_logprob=[f["neural_top_logprob"]])
+                                **{k: [v] for k, v in f.items() if k not in ("sparse", "effective_n")})
     return float(model.lambdas(s)[0])
 
 
@@ -190,7 +211,7 @@ def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_i
         with torch.no_grad():
             lp_all = torch.log_softmax(tiny_model(torch.tensor([seq[:window]])).logits[0].double(), -1).numpy()
         for t in range(1, len(seq)):
-            f = brute_features(ref, doc[: t - 1], lp_all[t - 1])
+            f = brute_features(ref, doc[: t - 1], lp_all[t - 1], tiny_tok.bos_token_id, small_index.separator_id)
             lam = lam_of(model, f)
             p = ref.infgram_prob(doc[: t - 1], doc[t - 1]).prob
             logs.append(math.log(lam * p + (1 - lam) * math.exp(lp_all[t - 1][seq[t]])))
@@ -198,9 +219,12 @@ def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_i
     assert res.perplexity == pytest.approx(math.exp(-np.mean(logs)), rel=1e-5)
     assert res.mixing is model and "learned" in res.summary()
     # the features follow the index in with_index (datastore ablations)
+    # (not the agreement ones: they compare the model with the old index, and are dropped)
     again = with_index(res.scores, tiny_tok, DOCS, small_index)
+    assert again.neural_infgram_agreement is None and again.neural_logprob_infgram_top is None
     for name, v in res.scores.features().items():
-        np.testing.assert_allclose(getattr(again, name), v, err_msg=name)
+        if name not in ("neural_infgram_agreement", "neural_logprob_infgram_top"):
+            np.testing.assert_allclose(getattr(again, name), v, err_msg=name)
 
 
 def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_index, tmp_path):
@@ -217,7 +241,7 @@ def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_in
     got = proc(ids, scores.clone()).double().numpy()
     logp = torch.log_softmax(scores.double(), -1).numpy()
     for r, p in enumerate(prompts):
-        f = brute_features(ref, p, logp[r].astype(np.float32).astype(np.float64))
+        f = brute_features(ref, p, logp[r].astype(np.float32).astype(np.float64), 0, small_index.separator_id)
         lam = lam_of(model, f)
         dist, _ = ref.infgram_ntd(p)
         total = sum(dist.values())
@@ -232,13 +256,44 @@ def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_in
 def test_token_scores_record_every_feature(tiny_model, tiny_tok, small_index, tmp_path):
     s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False)
     assert set(s.features()) == {"neural_entropy", "neural_top_logprob", "context_count", "num_distinct",
-                                 "top_infgram_prob"}
+                                 "top_infgram_prob", "neural_infgram_agreement", "neural_logprob_infgram_top"}
     s.save(tmp_path / "s.npz")
     back = TokenScores.load(tmp_path / "s.npz")
     for name, v in s.features().items():
         np.testing.assert_array_equal(getattr(back, name), v)
     both = s.concat(back)
     assert len(both.neural_entropy) == 2 * len(s)
+
+
+def brute_agreement(ref: Reference, ctx: list, logp_row: np.ndarray, eos: int, separator: int) -> tuple:
+    """(ln Σ_y P_∞(y)·P_neural(y), ln P_neural(argmax P_∞)) of one context, end-of-document
+    read as `eos`; the first of equal counts in token-id order, as the index lists them."""
+    dist, _ = ref.infgram_ntd(ctx)
+    total = sum(dist.values())
+    if not total:
+        return 0.0, 0.0
+    model_id = lambda t: eos if t == separator else t  # noqa: E731
+    agree = sum(c / total * math.exp(logp_row[model_id(t)]) for t, c in dist.items())
+    top = min(dist, key=lambda t: (-dist[t], t))
+    return math.log(agree), float(logp_row[model_id(top)])
+
+
+def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok, small_index):
+    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False)
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    want_a, want_t = [], []
+    for text in DOCS:
+        doc = tiny_tok.encode(text)
+        seq = [tiny_tok.bos_token_id] + doc
+        with torch.no_grad():
+            lp_all = torch.log_softmax(tiny_model(torch.tensor([seq])).logits[0].double(), -1).numpy()
+        for t in range(1, len(seq)):
+            a, top = brute_agreement(ref, doc[: t - 1], lp_all[t - 1], tiny_tok.bos_token_id, small_index.separator_id)
+            want_a.append(a)
+            want_t.append(top)
+    np.testing.assert_allclose(s.neural_infgram_agreement, want_a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.neural_logprob_infgram_top, want_t, rtol=1e-5, atol=1e-5)
+    assert (s.neural_infgram_agreement <= 1e-9).all()  # a probability's log
 
 
 def test_host_and_device_paths_of_the_processor_agree():
@@ -255,12 +310,13 @@ def test_host_and_device_paths_of_the_processor_agree():
     total = p_inf.sum(1, keepdims=True)
     p_inf = np.divide(p_inf, total, out=np.zeros_like(p_inf), where=total > 0)
     row_of, tok = np.nonzero(p_inf)
+    top_token = np.where(p_inf.sum(1) > 0, p_inf.argmax(1), -1)
     host = np.stack([rng.integers(1, 50, n), rng.random(n) < 0.5, rng.integers(1, 999, n), rng.integers(1, 9, n),
-                     rng.random(n)], axis=1).astype(np.float64)
+                     rng.random(n), top_token], axis=1).astype(np.float64)
     active = p_inf.sum(1) > 0
     lpi = np.log(p_inf[row_of, tok])
     device = mix_sparse_learned(logp.clone(), row_of, tok, lpi, host, active, DeviceMixing(model))
-    lam = learned_lambdas_host(model, host, active, logp)
+    lam = learned_lambdas_host(model, host, active, logp, (row_of, tok, lpi))
     with np.errstate(divide="ignore"):
         hostp = mix_sparse(logp.clone(), row_of, tok, np.log(lam[row_of]) + lpi, lam)
     torch.testing.assert_close(hostp, device, rtol=1e-5, atol=1e-5)
