@@ -57,7 +57,9 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     index = ppl_setup.reference_index("all", progress=False)
     docs = [d for d in ppl_setup.split_docs("heldout") if len(d) >= args.prompt_len + args.calls]
-    models = {"default features": mlp(DEFAULT_FEATURES), "all 7 features": mlp(tuple(FEATURES))}
+    models = {"default features": mlp(DEFAULT_FEATURES),
+              "default + log_agreement": mlp(tuple(DEFAULT_FEATURES) + ("log_agreement",)),
+              f"all {len(FEATURES)} features": mlp(tuple(FEATURES))}
     for b in args.batches:
         rows = np.stack([d[: args.prompt_len + args.calls] for d in docs[:b]]).astype(np.int64)
         times: dict = {"two-λ": [], **{k: [] for k in models}}

@@ -113,8 +113,10 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
                rows=rows, by_bucket=by_bucket, by_bucket_decontaminated=by_bucket_deco)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
-        (HERE / "results" / f"mixing_{args.domain}.json").write_text(json.dumps(out, indent=1) + "\n")
-        model.save(HERE / "results" / f"mixing_model_{args.domain}.json")
+        # the whole splits (--val-tokens 0 --test-tokens 0) under their own names
+        tag = args.domain + ("_full" if not args.val_tokens and not args.test_tokens else "")
+        (HERE / "results" / f"mixing_{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
+        model.save(HERE / "results" / f"mixing_model_{tag}.json")
     print_tables(out)
 
 

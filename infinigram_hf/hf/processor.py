@@ -182,6 +182,7 @@ class InfiniGramLogitsProcessor(_Base):
             raw = d.counts.astype(np.float64)
             best = np.maximum.reduceat(raw, d.offsets[:-1][has])
             top[has] = best / np.maximum(d.total[has].astype(np.float64), 1.0)
+        if has.any() and "neural_logprob_infgram_top" in self.mixing.features:  # (only when used: it costs)
             # its token (the first of equal counts, in the index's token-id order), as the model's id
             rows = np.repeat(np.arange(n), width)
             full_best = np.zeros(n)
