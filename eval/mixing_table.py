@@ -11,9 +11,12 @@ fit on stdlib.validation, evaluate on stdlib.heldout. linux: <cache>/gpt2-small-
 
 Defaults are sized for a shared 2-core CPU: a seeded random sample of documents, each cut to
 its first 1,024 tokens, up to 15k validation and 30k held-out tokens; `--val-tokens 0
---test-tokens 0` scores the whole splits. The model pass runs once per split; per-token neural
-log-probabilities, the ∞-gram estimate and every mixing feature are cached per (model, split,
-datastore) under <model>/mixing-cache/, so refits and new tables are quick. Decontaminated = held-out documents with >= 80% of their token
+--test-tokens 0` scores the whole splits. The model pass runs once per split and datastore (the
+agreement features compare the model's distribution with each datastore's; `--reuse-model-pass`
+runs it for the full datastore only and rescores the smaller ones with `with_index`, without
+those features); per-token neural log-probabilities, the ∞-gram estimate and every mixing
+feature are cached per (model, split, datastore) under <model>/mixing-cache/, so refits and new
+tables are quick. Decontaminated = held-out documents with >= 80% of their token
 13-grams in the full datastore removed (`infinigram_hf.decontaminate.IndexDecontaminator`).
 Writes eval/results/mixing_<domain>.json and prints Markdown tables.
 """
