@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mixing_table  # noqa: E402
 
-from infinigram_hf import TokenScores, fit_mixing, interpolate, tune_lambdas  # noqa: E402
+from infinigram_hf import fit_mixing, interpolate, tune_lambdas  # noqa: E402
 from infinigram_hf.lm.learned_mixing import FEATURES  # noqa: E402
 
 INFGRAM5 = ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob")
@@ -36,12 +36,9 @@ def main(argv=None) -> None:
     ap.add_argument("--hidden", default="16", help="MLP hidden widths, comma-separated")
     args = ap.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    cache = mixing_table.domain_spec(args.domain)["model_dir"] / "mixing-cache"
-    # the whole splits' caches are the largest of each split; the samples' the smallest
-    pick = (lambda ps: max(ps, key=lambda q: q.stat().st_size)) if args.full else \
-        (lambda ps: min(ps, key=lambda q: q.stat().st_size))
-    val = TokenScores.load(pick(list(cache.glob("validation-*-all.npz"))))
-    test = TokenScores.load(pick(list(cache.glob("heldout-*-all.npz"))))
+    spec = mixing_table.domain_spec(args.domain)
+    val = mixing_table.load_cached(spec, "validation", args.full)
+    test = mixing_table.load_cached(spec, "heldout", args.full)
     print(f"validation {len(val):,} tokens, held-out {len(test):,} tokens")
     two = tune_lambdas(val)
     print(f"{args.domain}: neural {interpolate(test, 0, 0).perplexity:.2f}, two-λ "

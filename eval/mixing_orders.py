@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mixing_report  # noqa: E402
 import mixing_table  # noqa: E402
 
 from infinigram_hf import TokenScores, fit_mixing, interpolate, tune_lambdas  # noqa: E402
-from infinigram_hf.decontaminate import IndexDecontaminator  # noqa: E402
 from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, feature_matrix  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -113,15 +113,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     t0 = time.time()
     spec = mixing_table.domain_spec(args.domain)
-    cache = spec["model_dir"] / "mixing-cache"
     cap = (None, None) if args.full else (15_000, 30_000)
-    pick = (lambda ps: max(ps, key=lambda q: q.stat().st_size)) if args.full else \
-        (lambda ps: min(ps, key=lambda q: q.stat().st_size))
     index = spec["index"]("all")
     data = {}
     for split, c in zip(("validation", "heldout"), cap):
         docs = mixing_table.sample_docs(spec["docs"](split), c, 1024)
-        s = TokenScores.load(pick(list(cache.glob(f"{split}-*-all.npz"))))
+        s = mixing_table.load_cached(spec, split, args.full)
         data[split] = (docs, s, level_columns(index, docs, s))
     (_, val, val_lev), (test_docs, test, test_lev) = data["validation"], data["heldout"]
     print(f"{args.domain}: validation {len(val):,} tokens, held-out {len(test):,}; levels in {time.time() - t0:.0f} s",
@@ -130,9 +127,7 @@ def main(argv=None) -> None:
     model = fit(tensors(val, val_lev), args.hidden)
     two = tune_lambdas(val)
     learned = fit_mixing(val).model
-    # decontaminated as eval/mixing_report.py does: documents with >= 80% of their 13-grams indexed
-    deco = IndexDecontaminator(index, n=13, threshold=0.8)
-    dropped = [i for i, d in enumerate(test_docs) if deco.overlap(d) >= deco.threshold]
+    dropped, _ = mixing_report.contaminated_docs(test_docs, index)  # (as the tables decontaminate)
     rows = []
     subsets = [("as is", np.ones(len(test), bool)), ("decontaminated", ~np.isin(test.doc_index, dropped))]
     for name, keep in subsets:
@@ -144,7 +139,7 @@ def main(argv=None) -> None:
         learned_ppl = interpolate(t, mixing=learned).perplexity
         rows.append(dict(held_out=name, tokens=int(keep.sum()), neural=neural, two_lambda=two_ppl,
                          learned=learned_ppl, orders=orders,
-                         improvement={k: relative_improvement(v, neural) for k, v in
+                         improvement={k: mixing_report.rel(v, neural) for k, v in
                                       (("two_lambda", two_ppl), ("learned", learned_ppl), ("orders", orders))}))
     with torch.no_grad():
         x, comp, avail = tensors(test, test_lev)
@@ -162,11 +157,6 @@ def main(argv=None) -> None:
     path = HERE / "results" / f"mixing_orders_{args.domain}{'_full' if args.full else ''}.json"
     path.write_text(json.dumps(out, indent=1))
     print(f"wrote {path.relative_to(HERE.parent)}")
-
-
-def relative_improvement(ppl: float, neural: float) -> float:
-    """The paper's relative improvement: the share of the gap to PPL 1 closed."""
-    return 100.0 * (1.0 - (ppl - 1.0) / (neural - 1.0))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,14 @@ def rel(p: float, p0: float) -> float:
     return (1 - (p - 1) / (p0 - 1)) * 100
 
 
+def contaminated_docs(test_docs, index) -> tuple[list, list]:
+    """(indexes of the held-out documents with >= 80% of their token 13-grams in `index`, the
+    full datastore; every document's overlap)."""
+    deco = IndexDecontaminator(index, n=13, threshold=0.8)
+    overlaps = [deco.overlap(d) for d in test_docs]
+    return [i for i, o in enumerate(overlaps) if o >= deco.threshold], overlaps
+
+
 def choose_family(val) -> tuple[str, dict]:
     """Fit each family on 75% of the validation documents, score the other 25%: the family with
     the lower dev perplexity wins (then it is refitted on all of validation)."""
@@ -65,10 +73,7 @@ def buckets(test, lp_two, lp_learn, lam_two, lam_learn) -> list:
 
 
 def report(args, spec, val_docs, test_docs, scores) -> None:
-    full_index = spec["index"]("all")
-    deco = IndexDecontaminator(full_index, n=13, threshold=0.8)
-    overlaps = [deco.overlap(d) for d in test_docs]
-    dropped = [i for i, o in enumerate(overlaps) if o >= deco.threshold]
+    dropped, overlaps = contaminated_docs(test_docs, spec["index"]("all"))
     val_all, test_all = scores["all"]
     keep_mask = ~np.isin(test_all.doc_index, dropped)
 

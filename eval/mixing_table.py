@@ -88,13 +88,22 @@ def cached_scores(spec: dict, split: str, docs: List[np.ndarray], fraction: str,
         # (a model pass per datastore: the agreement features compare the model with the index)
         model, _ = model_loader()
         s = token_scores(model, None, docs, spec["index"](fraction), window=args.window, stride=args.stride,
-                         batch_size=args.batch_size, progress=False)
+                         batch_size=args.batch_size, progress=False, agreement=True)
     else:
         full = cached_scores(spec, split, docs, "all", model_loader, args)
         s = with_index(full, None, docs, spec["index"](fraction))
     print(f"{split}/{fraction}: {len(s):,} tokens scored in {time.time() - t:.0f} s -> {path.name}", flush=True)
     s.save(path)
     return s
+
+
+def load_cached(spec: dict, split: str, full: bool) -> TokenScores:
+    """The cached full-datastore scores of a split: the whole split's (the largest file) or the
+    sample's (the smallest), for the scripts that read this script's caches."""
+    paths = list((spec["model_dir"] / "mixing-cache").glob(f"{split}-*-all.npz"))
+    if not paths:
+        raise SystemExit(f"no cached scores for {split}: run eval/mixing_table.py first")
+    return TokenScores.load((max if full else min)(paths, key=lambda q: q.stat().st_size))
 
 
 def main(argv=None) -> None:

@@ -29,7 +29,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def _scores(args: argparse.Namespace) -> Any:
+def _scores(args: argparse.Namespace, agreement: bool = False) -> Any:
     from transformers import AutoModelForCausalLM
 
     from ..hf.perplexity import token_scores
@@ -55,7 +55,7 @@ def _scores(args: argparse.Namespace) -> Any:
     if not texts:
         raise CLIError("no documents in --data")
     return token_scores(model, tok, texts, index, window=args.window, stride=args.stride, batch_size=args.batch_size,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, agreement=agreement)
 
 
 def add_perplexity(sub: Any) -> None:
@@ -70,7 +70,7 @@ def add_perplexity(sub: Any) -> None:
 
 
 def run_perplexity(args: argparse.Namespace) -> int:
-    from ..lm.learned_mixing import MixingModel
+    from ..lm.learned_mixing import MixingModel, uses_agreement
     from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, interpolate
 
     if args.mixing is not None and (args.lambda_sparse is not None or args.lambda_dense is not None):
@@ -82,7 +82,8 @@ def run_perplexity(args: argparse.Namespace) -> int:
         if not Path(args.mixing).is_file():
             raise CLIError(f"mixing model not found: {args.mixing}")
         mixing = MixingModel.load(args.mixing)  # (checked before the model runs)
-    res = interpolate(_scores(args), ls, ld, mixing=mixing)
+    res = interpolate(_scores(args, agreement=mixing is not None and uses_agreement(mixing.features)), ls, ld,
+                      mixing=mixing)
     print_json({"perplexity": res.perplexity, "neural_perplexity": res.neural_perplexity,
                 "relative_improvement": res.relative_improvement, "num_tokens": res.num_tokens,
                 "sparse_fraction": res.sparse_fraction,

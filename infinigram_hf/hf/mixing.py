@@ -11,6 +11,8 @@ import math
 import numpy as np
 import torch
 
+from ..lm.learned_mixing import AGREEMENT_FLOOR
+
 
 def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
                lam: np.ndarray) -> torch.Tensor:
@@ -42,7 +44,6 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
 # Host-side ∞-gram features of each row, in this column order (see learned_mixing.FEATURES);
 # top_token: the model's id of the ∞-gram's most likely continuation (-1: none).
 HOST_COLUMNS = ("effective_n", "sparse", "context_count", "num_distinct", "top_infgram_prob", "top_token")
-AGREEMENT_FLOOR = 1e-300  # the probability the agreement features clamp to (as token_scores does)
 LOG_FLOOR = math.log(AGREEMENT_FLOOR)
 
 

@@ -23,6 +23,7 @@ from ..index import InfiniGramIndex
 from ..index.infinigram_index import as_index
 from .._core.progress import progress_bar
 from ..lm.context import segments
+from ..lm.learned_mixing import AGREEMENT_FLOOR, first_max_per_row, uses_agreement
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
 from .._core.tokenization import check_tokenizer
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -195,44 +196,28 @@ def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: n
     return distinct, top, (np.concatenate(offs_all), cat(toks_all, np.int64), cat(probs_all, np.float64))
 
 
-AGREEMENT_FLOOR = 1e-300  # (a probability the features clamp to: ln 0 would reach the mixing model)
-
-
 def agreement_features(rows: Any, entries: tuple, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """For positions lo..hi-1 of a document whose model log-probabilities are `rows` (hi - lo,
     vocab; torch) and whose ∞-gram distributions are `entries` (offsets, tokens, P_∞):
     (ln Σ_y P_∞(y)·P_neural(y), ln P_neural(argmax_y P_∞(y))) per position; 0 where P_∞ is empty.
-    Both describe the context only (learned_mixing.FEATURES)."""
+    Both describe the context only (learned_mixing.AGREEMENT_FEATURES)."""
     import torch
     offsets, toks, probs = entries
     off = offsets[lo:hi + 1]
-    width = np.diff(off)
+    width = off[1:] - off[:-1]
     k = len(width)
     agree, top = np.zeros(k), np.zeros(k)
     if off[-1] == off[0]:
         return agree, top
     sl = slice(int(off[0]), int(off[-1]))
-    row = np.repeat(np.arange(k), width)
     tk = toks[sl]
-    t = torch.from_numpy(np.maximum(tk, 0)).to(rows.device)
-    r = torch.from_numpy(row).to(rows.device)
-    lp = rows[r, t].double().cpu().numpy()  # ln P_neural at the ∞-gram's continuations
+    row = torch.from_numpy(np.repeat(np.arange(k), width)).to(rows.device)
+    lp = rows[row, torch.from_numpy(np.maximum(tk, 0)).to(rows.device)].double().cpu().numpy()  # ln P_neural there
     lp[tk < 0] = -np.inf  # end-of-document without a BOS/EOS id: no model probability
-    p = probs[sl]
     has = width > 0
-    starts = (off[:-1] - off[0])[has]
-    mass = np.zeros(k)
-    mass[has] = np.add.reduceat(p, starts)
-    agree[has] = np.log(np.maximum(np.add.reduceat(p * np.exp(lp), starts), AGREEMENT_FLOOR))
-    agree[mass == 0] = 0.0
-    # the continuation with the largest P_∞ (the first of equals, as in the index's order)
-    best = np.full(k, np.inf)
-    best[has] = np.maximum.reduceat(p, starts)
-    best[mass == 0] = np.inf
-    idx = np.flatnonzero(p >= best[row])
-    uniq, where = np.unique(row[idx], return_index=True)  # (idx is sorted: the first per row)
-    top[uniq] = np.maximum(lp[idx[where]], math.log(AGREEMENT_FLOOR))
-    top[uniq[tk[idx[where]] < 0]] = 0.0
+    agree[has] = np.log(np.maximum(np.add.reduceat(probs[sl] * np.exp(lp), (off[:-1] - off[0])[has]), AGREEMENT_FLOOR))
+    best = first_max_per_row(probs, off)  # (the first of equals, in the index's token order)
+    top[has] = np.where(tk[best[has] - off[0]] < 0, 0.0, np.maximum(lp[best[has] - off[0]], math.log(AGREEMENT_FLOOR)))
     return agree, top
 
 
@@ -262,11 +247,14 @@ def default_window(model: Any, window: Optional[int], stride: Optional[int]) -> 
 
 def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
                  stride: Optional[int] = None, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
-                 progress: bool = True, infgram_distributions: bool = True) -> TokenScores:
+                 progress: bool = True, infgram_distributions: bool = True, agreement: bool = False) -> TokenScores:
     """Neural log-probability and ∞-gram estimate of every scored token, with the context
     features of learned mixing (the cache behind `perplexity`, `interpolate`, `tune_lambdas` and
     `fit_mixing`). Arguments as for `perplexity`; `infgram_distributions=False` skips the features
-    that need each context's next-token distribution (num_distinct, top_infgram_prob)."""
+    that need each context's next-token distribution (num_distinct, top_infgram_prob);
+    `agreement=True` adds the ones that compare it with the model's (neural_infgram_agreement,
+    neural_logprob_infgram_top): they keep every document's ∞-gram distributions until its
+    windows are scored, so they are computed only when asked for."""
     import torch  # only here: importing infinigram_hf stays torch-free
     window, stride = default_window(model, window, stride)
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
@@ -295,8 +283,8 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
     inf_p, inf_s, inf_n, inf_f, doc_of, slots, entries = [], [], [], [], [], [], []
     total = 0
     for i, (d, s) in enumerate(zip(docs, seqs)):
-        p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions,
-                                            entries=infgram_distributions)
+        p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions or agreement,
+                                            entries=agreement)
         keep = slice(1 - off, None)  # doc positions scored: all with BOS, from 1 without
         inf_p.append(p[keep]); inf_s.append(sp[keep]); inf_n.append(en[keep])
         if "entries" in feats:  # (kept per document until its windows are scored)
@@ -441,5 +429,6 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Opt
         from ..lm.learned_mixing import as_mixing
         mixing = as_mixing(mixing)
     scores = token_scores(model, tokenizer, data, index, window=window, stride=stride, batch_size=batch_size,
-                          text_column=text_column, add_bos=add_bos, progress=progress)
+                          text_column=text_column, add_bos=add_bos, progress=progress,
+                          agreement=mixing is not None and uses_agreement(mixing.features))
     return interpolate(scores, lambda_sparse, lambda_dense, mixing=mixing)

@@ -24,6 +24,7 @@ from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
+from ..lm.learned_mixing import first_max_per_row
 from .mixing import HOST_COLUMNS, DeviceMixing, learned_lambdas_host, mix_sparse, mix_sparse_learned
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
@@ -179,20 +180,13 @@ class InfiniGramLogitsProcessor(_Base):
         top_token = np.full(n, -1.0)
         has = width > 0
         if has.any():  # the largest count of each non-empty row, over the distribution as the index gives it
-            raw = d.counts.astype(np.float64)
-            best = np.maximum.reduceat(raw, d.offsets[:-1][has])
-            top[has] = best / np.maximum(d.total[has].astype(np.float64), 1.0)
+            top[has] = np.maximum.reduceat(d.counts.astype(np.float64), d.offsets[:-1][has]) / \
+                np.maximum(d.total[has].astype(np.float64), 1.0)
         if has.any() and "neural_logprob_infgram_top" in self.mixing.features:  # (only when used: it costs)
             # its token (the first of equal counts, in the index's token-id order), as the model's id
-            rows = np.repeat(np.arange(n), width)
-            full_best = np.zeros(n)
-            full_best[has] = best
-            idx = np.flatnonzero(raw >= full_best[rows])
-            first_rows, where = np.unique(rows[idx], return_index=True)
-            ids = d.token_ids[idx[where]].astype(np.int64)
-            sep = ids == self.index.separator_id
-            ids[sep] = -1 if self.eos_token_id is None else self.eos_token_id
-            top_token[first_rows] = ids
+            ids = d.token_ids[first_max_per_row(d.counts, d.offsets)[has]].astype(np.int64)
+            ids[ids == self.index.separator_id] = -1 if self.eos_token_id is None else self.eos_token_id
+            top_token[has] = ids
         host = np.stack([d.suffix_len + 1.0, d.sparse.astype(np.float64), d.total.astype(np.float64),
                          width.astype(np.float64), top, top_token], axis=1)
         assert host.shape[1] == len(HOST_COLUMNS)

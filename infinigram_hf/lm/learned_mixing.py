@@ -56,6 +56,10 @@ FEATURES: Dict[str, str] = {
 # entropy and top probability changed held-out perplexity by under 0.3% on both domains, and they
 # cost the processor a pass over the vocabulary per row; they stay available by name.
 DEFAULT_FEATURES = ("sparse", "log_effective_n", "log_context_count", "log_num_distinct", "top_infgram_prob")
+# The features that compare the model's distribution with the ∞-gram's: they need both at once,
+# so token_scores computes them only when asked (agreement=True), and with_index cannot.
+AGREEMENT_FEATURES = ("log_agreement", "neural_logprob_infgram_top")
+AGREEMENT_FLOOR = 1e-300  # the probability they clamp to: ln 0 must not reach the mixing model
 _SOURCES = {"log_context_count": "context_count", "log_num_distinct": "num_distinct",
             "top_infgram_prob": "top_infgram_prob", "neural_entropy": "neural_entropy",
             "neural_top_prob": "neural_top_logprob", "log_agreement": "neural_infgram_agreement",
@@ -86,13 +90,38 @@ def raw_to_feature(name: str, scores: TokenScores) -> np.ndarray:
         return np.log(np.maximum(scores.effective_n, 1).astype(np.float64))
     src = getattr(scores, _SOURCES[name])
     if src is None:
+        how = "token_scores(..., agreement=True)" if name in AGREEMENT_FEATURES else "token_scores/perplexity()"
         raise ValueError(f"the mixing feature {name!r} needs TokenScores.{_SOURCES[name]}, which these scores "
-                         f"lack (scores from token_scores/perplexity() of this version have it)")
+                         f"lack (scores from {how} of this version have it)")
     if name in ("log_context_count", "log_num_distinct"):
         return np.log1p(np.maximum(src, 0.0))
     if name == "neural_top_prob":
         return np.exp(src)
     return np.asarray(src, dtype=np.float64)
+
+
+def uses_agreement(features: Sequence[str]) -> bool:
+    """Whether a model over these features needs the agreement features (AGREEMENT_FEATURES)."""
+    return any(f in AGREEMENT_FEATURES for f in features)
+
+
+def first_max_per_row(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For CSR rows values[offsets[i]:offsets[i+1]]: the index (into values) of each row's largest
+    value, the first of equals; -1 for an empty row."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    width = offsets[1:] - offsets[:-1]
+    out = np.full(len(width), -1, dtype=np.int64)
+    has = width > 0
+    if not has.any():
+        return out
+    v = values[offsets[0]:offsets[-1]]
+    best = np.full(len(width), np.inf)
+    best[has] = np.maximum.reduceat(v, (offsets[:-1] - offsets[0])[has])
+    row = np.repeat(np.arange(len(width)), width)
+    idx = np.flatnonzero(v >= best[row])
+    first_rows, where = np.unique(row[idx], return_index=True)  # (idx is sorted: the first per row)
+    out[first_rows] = idx[where] + offsets[0]
+    return out
 
 
 def feature_matrix(scores: TokenScores, names: Sequence[str]) -> np.ndarray:

@@ -254,7 +254,8 @@ def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_in
 
 
 def test_token_scores_record_every_feature(tiny_model, tiny_tok, small_index, tmp_path):
-    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False)
+    assert token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False).neural_infgram_agreement is None
+    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False, agreement=True)
     assert set(s.features()) == {"neural_entropy", "neural_top_logprob", "context_count", "num_distinct",
                                  "top_infgram_prob", "neural_infgram_agreement", "neural_logprob_infgram_top"}
     s.save(tmp_path / "s.npz")
@@ -279,7 +280,7 @@ def brute_agreement(ref: Reference, ctx: list, logp_row: np.ndarray, eos: int, s
 
 
 def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok, small_index):
-    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False)
+    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False, agreement=True)
     ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
     want_a, want_t = [], []
     for text in DOCS:
@@ -294,6 +295,19 @@ def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok,
     np.testing.assert_allclose(s.neural_infgram_agreement, want_a, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s.neural_logprob_infgram_top, want_t, rtol=1e-5, atol=1e-5)
     assert (s.neural_infgram_agreement <= 1e-9).all()  # a probability's log
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_max_per_row_is_the_first_of_equals(seed):
+    from infinigram_hf.lm.learned_mixing import first_max_per_row
+
+    rng = np.random.default_rng(seed)
+    width = rng.integers(0, 5, 12)
+    offsets = np.concatenate([[3], 3 + np.cumsum(width)])  # (rows need not start at 0)
+    values = rng.integers(0, 3, int(offsets[-1]) + 2).astype(np.uint64)  # ties are common
+    want = [int(offsets[i] + np.argmax(values[offsets[i]:offsets[i + 1]])) if width[i] else -1
+            for i in range(len(width))]
+    assert first_max_per_row(values, offsets).tolist() == want
 
 
 def test_host_and_device_paths_of_the_processor_agree():
