@@ -4,6 +4,7 @@ validation text and write it as JSON).
 
 Example:
     $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --out mixing.json
+    $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --levels L-1 L/2 1 --out orders.json
     $ infinigram-hf perplexity my_index --model ./gpt2 --data test.jsonl --mixing mixing.json
     $ infinigram-hf perplexity my_index --model ./gpt2 --data test.jsonl --lambda-sparse 0.6 --lambda-dense 0.3
 """
@@ -29,7 +30,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def _scores(args: argparse.Namespace, agreement: bool = False) -> Any:
+def _scores(args: argparse.Namespace, agreement: bool = False, levels: Any = None) -> Any:
     from transformers import AutoModelForCausalLM
 
     from ..hf.perplexity import token_scores
@@ -55,7 +56,7 @@ def _scores(args: argparse.Namespace, agreement: bool = False) -> Any:
     if not texts:
         raise CLIError("no documents in --data")
     return token_scores(model, tok, texts, index, window=args.window, stride=args.stride, batch_size=args.batch_size,
-                        progress=not args.no_progress, agreement=agreement)
+                        progress=not args.no_progress, agreement=agreement, levels=levels)
 
 
 def add_perplexity(sub: Any) -> None:
@@ -82,12 +83,13 @@ def run_perplexity(args: argparse.Namespace) -> int:
         if not Path(args.mixing).is_file():
             raise CLIError(f"mixing model not found: {args.mixing}")
         mixing = MixingModel.load(args.mixing)  # (checked before the model runs)
-    res = interpolate(_scores(args, agreement=mixing is not None and uses_agreement(mixing.features)), ls, ld,
-                      mixing=mixing)
+    res = interpolate(_scores(args, agreement=mixing is not None and uses_agreement(mixing.features),
+                              levels=mixing.levels if mixing is not None else None), ls, ld, mixing=mixing)
     print_json({"perplexity": res.perplexity, "neural_perplexity": res.neural_perplexity,
                 "relative_improvement": res.relative_improvement, "num_tokens": res.num_tokens,
                 "sparse_fraction": res.sparse_fraction,
                 "mixing": mixing.family if mixing is not None else "two_lambda",
+                **({"levels": list(mixing.levels)} if mixing is not None and mixing.levels else {}),
                 **({} if mixing is not None else {"lambda_sparse": ls, "lambda_dense": ld})})
     return 0
 
@@ -99,6 +101,9 @@ def add_fit_mixing(sub: Any) -> None:
     _add_common(p)
     p.add_argument("--family", choices=["mlp", "logistic", "two-lambda"], default="mlp")
     p.add_argument("--hidden", type=int, default=16, help="mlp: hidden width (default 16)")
+    p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
+                   help="mix several orders: the shorter suffixes to mix in besides the longest match, each "
+                        "L-1, L/2 or a length (e.g. --levels L-1 L/2 1; see infinigram_hf.lm.orders)")
     p.add_argument("--out", required=True, help="the JSON file to write")
     p.set_defaults(func=run_fit_mixing)
 
@@ -108,17 +113,27 @@ def run_fit_mixing(args: argparse.Namespace) -> int:
     from ..lm.learned_mixing import MixingModel
     from ..lm.mixture import tune_lambdas
 
-    scores = _scores(args)
+    from ..lm.orders import check_levels
+
+    levels = None
+    if args.levels:
+        if args.family == "two-lambda":
+            raise CLIError("--levels needs a learned family (mlp or logistic), not two-lambda")
+        try:
+            levels = check_levels(args.levels)
+        except ValueError as exc:
+            raise CLIError(f"--levels: {exc}") from None
+    scores = _scores(args, levels=levels)
     if args.family == "two-lambda":
         fit = tune_lambdas(scores)
         model = MixingModel.two_lambda(fit.lambda_sparse, fit.lambda_dense)
         model.info.update(lambda_sparse=fit.lambda_sparse, lambda_dense=fit.lambda_dense)
         result = fit.result
     else:
-        mf = fit_mixing(scores, family=args.family, hidden=args.hidden)
+        mf = fit_mixing(scores, family=args.family, hidden=args.hidden, levels=levels)
         model, result = mf.model, mf.result
     model.save(args.out)
-    print_json({"out": args.out, "family": args.family, "features": list(model.features),
+    print_json({"out": args.out, "family": args.family, "features": list(model.features), "levels": list(model.levels),
                 "fit_perplexity": result.perplexity, "neural_perplexity": result.neural_perplexity,
                 "num_tokens": result.num_tokens})
     return 0

@@ -160,12 +160,10 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     return logp
 
 
-def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
-    """λ per row in numpy, for scores on the CPU (there the host is the scores' device, and numpy
-    on a (rows, features) array costs microseconds where a chain of small torch ops costs a
-    millisecond): the neural features are read off logp with one torch reduction each; entries
-    = the rows' P_∞ as (row, token, ln P_∞) numpy arrays (for log_agreement)."""
-    names = model.features
+def host_features(names, host: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
+    """(rows, len(names)) raw features in numpy, the host twin of `feature_columns`: the neural
+    features are read off logp with one torch reduction each (a copy to the host when logp is on
+    a device); entries = the rows' P_∞ as (row, token, ln P_∞) numpy arrays (for log_agreement)."""
     cols = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
     x = np.empty((len(host), len(names)))
     for j, name in enumerate(names):
@@ -180,19 +178,43 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
         elif name == "top_infgram_prob":
             x[:, j] = cols["top_infgram_prob"]
         elif name == "neural_entropy":
-            x[:, j] = neural_entropy(logp).double().numpy()
+            x[:, j] = neural_entropy(logp).double().cpu().numpy()
         elif name == "neural_top_prob":
-            x[:, j] = np.exp(logp.max(dim=-1).values.double().numpy())
+            x[:, j] = np.exp(logp.max(dim=-1).values.double().cpu().numpy())
         elif name == "log_agreement":
             row_of, tok, lpi = entries
-            at = logp[torch.from_numpy(row_of), torch.from_numpy(tok)].double().numpy()
+            at = logp[torch.from_numpy(row_of).to(logp.device), torch.from_numpy(tok).to(logp.device)]
+            at = at.double().cpu().numpy()
             mass = np.bincount(row_of, weights=np.exp(at + lpi), minlength=len(host))
             has = np.bincount(row_of, minlength=len(host)) > 0
             x[:, j] = np.where(has, np.log(np.maximum(mass, AGREEMENT_FLOOR)), 0.0)
         elif name == "neural_logprob_infgram_top":
             tt = cols["top_token"].astype(np.int64)
-            at = logp[torch.arange(len(host)), torch.from_numpy(np.maximum(tt, 0))].double().numpy()
+            at = logp[torch.arange(len(host), device=logp.device),
+                      torch.from_numpy(np.maximum(tt, 0)).to(logp.device)].double().cpu().numpy()
             x[:, j] = np.where(tt >= 0, np.maximum(at, LOG_FLOOR), 0.0)
-    z = model.logits(x)
+    return x
+
+
+def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
+    """λ per row in numpy, for scores on the CPU (there the host is the scores' device, and numpy
+    on a (rows, features) array costs microseconds where a chain of small torch ops costs a
+    millisecond); arguments as for `host_features`."""
+    z = model.logits(host_features(model.features, host, logp, entries))
     lam = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z) without overflow
     return np.where(active, lam, 0.0)
+
+
+def mix_dense(logp: torch.Tensor, log_w_model: np.ndarray, mass: np.ndarray) -> torch.Tensor:
+    """log(w_model·p_nn + mass) for every (row, token), in place: `mass` (rows, vocab) float64 is
+    the ∞-gram side's weighted probability (the ∞-gram and the levels summed), log_w_model the
+    model's log-weight per row. A row with weight 1 on the model and no mass is left exactly as
+    it was; tokens already at -inf (forbidden by an earlier processor) stay so."""
+    dev = logp.device
+    with np.errstate(divide="ignore"):
+        log_mass = torch.from_numpy(np.log(mass)).to(dev, non_blocking=dev.type != "cpu")
+    shift = torch.from_numpy(np.asarray(log_w_model, dtype=np.float64)).to(dev)
+    fdt = torch.float32 if dev.type == "mps" else torch.float64
+    mixed = torch.logaddexp(logp.to(fdt) + shift.to(fdt)[:, None], log_mass.to(fdt)).to(logp.dtype)
+    logp.copy_(torch.where(torch.isneginf(logp), logp, mixed))
+    return logp

@@ -25,6 +25,7 @@ from .._core.progress import progress_bar
 from ..lm.context import segments
 from ..lm.learned_mixing import AGREEMENT_FLOOR, first_max_per_row, uses_agreement
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
+from ..lm.orders import check_levels, level_scores
 from .._core.tokenization import check_tokenizer
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 from .._core.tokenization import encode_texts
@@ -118,13 +119,14 @@ def neural_entropy(logp: Any) -> Any:
 
 
 def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: bool = True,
-                     entries: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+                     entries: bool = False, levels: tuple = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """`infgram_scores` plus the ∞-gram context features of every position: the count of the
     matched suffix, and (distributions=True) the number of distinct continuations and the top
     P_∞ of its next-token distribution -- what the processor sees for the same context.
     entries=True (with distributions) also returns every position's whole distribution as
     feats["entries"] = (offsets, token ids, P_∞), what the features that compare it with the
-    model's distribution need (`token_scores`).
+    model's distribution need (`token_scores`). `levels` (`infinigram_hf.lm.orders`) adds
+    feats["level_prob"] and feats["level_count"], (positions, levels) each.
 
     Ids the index cannot hold restart the context, as in `infgram_scores`; positions holding one
     get count 0, 0 continuations and top P_∞ 0."""
@@ -133,15 +135,20 @@ def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: 
     count = np.zeros(n)
     distinct, top = np.zeros(n), np.zeros(n)
     parts: list = []  # (first position, offsets, tokens, P_∞) per segment
+    level_prob, level_count = np.zeros((n, len(levels))), np.zeros((n, len(levels)))
     for a, b in segments(ids, index.vocab_size):
         s = index.score(ids[a:b])
         probs[a:b], sparse[a:b], eff[a:b] = s.probs, s.sparse, s.suffix_len + 1
         count[a:b] = s.prompt_counts
+        if levels:
+            level_prob[a:b], level_count[a:b] = level_scores(index, ids[a:b], s.suffix_len, levels)
         if distributions:
             distinct[a:b], top[a:b], ent = _suffix_distributions(index, ids[a:b], s.suffix_len, entries)
             if entries:
                 parts.append((a,) + ent)
     feats = {"context_count": count}
+    if levels:
+        feats.update(level_prob=level_prob, level_count=level_count)
     if distributions:
         feats.update(num_distinct=distinct, top_infgram_prob=top)
         if entries:
@@ -247,15 +254,19 @@ def default_window(model: Any, window: Optional[int], stride: Optional[int]) -> 
 
 def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
                  stride: Optional[int] = None, batch_size: int = 8, text_column: str = "text", add_bos: bool = True,
-                 progress: bool = True, infgram_distributions: bool = True, agreement: bool = False) -> TokenScores:
+                 progress: bool = True, infgram_distributions: bool = True, agreement: bool = False,
+                 levels: Any = None) -> TokenScores:
     """Neural log-probability and ∞-gram estimate of every scored token, with the context
     features of learned mixing (the cache behind `perplexity`, `interpolate`, `tune_lambdas` and
     `fit_mixing`). Arguments as for `perplexity`; `infgram_distributions=False` skips the features
     that need each context's next-token distribution (num_distinct, top_infgram_prob);
     `agreement=True` adds the ones that compare it with the model's (neural_infgram_agreement,
     neural_logprob_infgram_top): they keep every document's ∞-gram distributions until its
-    windows are scored, so they are computed only when asked for."""
+    windows are scored, so they are computed only when asked for. `levels` (e.g.
+    `infinigram_hf.lm.orders.DEFAULT_LEVELS`) adds the estimates of shorter suffixes that a model
+    mixing several orders needs (level_prob, level_count)."""
     import torch  # only here: importing infinigram_hf stays torch-free
+    levels = check_levels(levels) if levels else ()
     window, stride = default_window(model, window, stride)
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -284,7 +295,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
     total = 0
     for i, (d, s) in enumerate(zip(docs, seqs)):
         p, sp, en, feats = infgram_features(index, d, distributions=infgram_distributions or agreement,
-                                            entries=agreement)
+                                            entries=agreement, levels=levels)
         keep = slice(1 - off, None)  # doc positions scored: all with BOS, from 1 without
         inf_p.append(p[keep]); inf_s.append(sp[keep]); inf_n.append(en[keep])
         if "entries" in feats:  # (kept per document until its windows are scored)
@@ -349,11 +360,20 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
     return TokenScores.from_arrays(neural, np.concatenate(inf_p) if inf_p else [],
                                    np.concatenate(inf_s) if inf_s else [], np.concatenate(inf_n) if inf_n else [],
                                    np.concatenate(doc_of) if doc_of else [], neural_entropy=entropy,
-                                   neural_top_logprob=top, **feats, **agree)
+                                   neural_top_logprob=top, **feats, **agree, **_level_arrays(inf_f, levels))
+
+
+def _level_arrays(per_doc: list, levels: tuple) -> dict:
+    """The TokenScores level fields from per-document feature dicts (none without levels)."""
+    if not levels:
+        return {}
+    cat = lambda k: np.concatenate([f[k] for f in per_doc]) if per_doc else np.zeros((0, len(levels)))  # noqa: E731
+    return dict(level_names=levels, level_prob=cat("level_prob"), level_count=cat("level_count"))
 
 
 def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGramIndex, *,
-               text_column: str = "text", infgram_distributions: Optional[bool] = None) -> TokenScores:
+               text_column: str = "text", infgram_distributions: Optional[bool] = None,
+               levels: Any = None) -> TokenScores:
     """The same tokens with P_∞ (and the ∞-gram context features) from another index; the neural
     side is reused, not recomputed. The features that compare the model's distribution with the
     ∞-gram's (neural_infgram_agreement, neural_logprob_infgram_top) are dropped: they need the
@@ -361,7 +381,8 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
 
     `data` must be what `scores` were computed on. Useful for datastore ablations.
     `infgram_distributions`: compute num_distinct / top_infgram_prob (default: when `scores`
-    have them).
+    have them). `levels`: the shorter suffixes' estimates to compute (default: the levels `scores`
+    have; see `token_scores`).
 
     Example:
         >>> small = with_index(res.scores, tok, texts, InfiniGramIndex.open("quarter"))  # doctest: +SKIP
@@ -371,6 +392,7 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
         check_tokenizer(index, tokenizer)
     if infgram_distributions is None:
         infgram_distributions = scores.num_distinct is not None
+    levels = check_levels(levels) if levels else scores.level_names
     docs = _documents(data, tokenizer, text_column)
     per_doc = np.bincount(scores.doc_index, minlength=len(docs))
     if len(per_doc) != len(docs):
@@ -380,17 +402,18 @@ def with_index(scores: TokenScores, tokenizer: Any, data: Any, index: InfiniGram
         if k > len(d):
             raise ValueError("scores do not match data: a document has more scored tokens than tokens")
         if k:
-            a, b, c, f = infgram_features(index, d, distributions=infgram_distributions)  # full prefix = context
+            a, b, c, f = infgram_features(index, d, distributions=infgram_distributions,
+                                          levels=levels)  # full prefix = context
             p.append(a[len(d) - k:]); sp.append(b[len(d) - k:]); en.append(c[len(d) - k:])
             fs.append({name: v[len(d) - k:] for name, v in f.items()})
     cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
-    feats = {name: cat([f[name] for f in fs], np.float64) for name in (fs[0] if fs else ())}
+    feats = {name: cat([f[name] for f in fs], np.float64) for name in (fs[0] if fs else ()) if name in _INFGRAM_FEATURES}
     # the model's own features carry over; the agreement ones compare its distribution with the
     # old index's and would be stale (recomputing them needs the model pass: token_scores)
     neural = {name: v for name, v in scores.features().items()
               if name.startswith("neural_") and name not in _AGREEMENT_FEATURES}
     return TokenScores.from_arrays(scores.neural_logprob, cat(p, np.float64), cat(sp, bool), cat(en, np.int64),
-                                   scores.doc_index, **neural, **feats)
+                                   scores.doc_index, **neural, **feats, **_level_arrays(fs, levels))
 
 
 def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Optional[int] = None,
@@ -430,5 +453,6 @@ def perplexity(model: Any, tokenizer: Any, data: Any, index: Any, *, window: Opt
         mixing = as_mixing(mixing)
     scores = token_scores(model, tokenizer, data, index, window=window, stride=stride, batch_size=batch_size,
                           text_column=text_column, add_bos=add_bos, progress=progress,
-                          agreement=mixing is not None and uses_agreement(mixing.features))
+                          agreement=mixing is not None and uses_agreement(mixing.features),
+                          levels=mixing.levels if mixing is not None else None)
     return interpolate(scores, lambda_sparse, lambda_dense, mixing=mixing)

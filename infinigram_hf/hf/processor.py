@@ -25,7 +25,10 @@ from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row
-from .mixing import HOST_COLUMNS, DeviceMixing, learned_lambdas_host, mix_sparse, mix_sparse_learned
+from .mixing import (HOST_COLUMNS, DeviceMixing, host_features, learned_lambdas_host, mix_dense, mix_sparse,
+                     mix_sparse_learned)
+from ..lm.learned_mixing import level_inputs
+from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -66,6 +69,8 @@ class InfiniGramLogitsProcessor(_Base):
         mixing: a learned mixing model (`MixingModel`, its JSON file or dict; see `fit_mixing`)
             choosing λ per row from the context's features, instead of lambda_sparse/lambda_dense.
             λ is computed on the scores' device; rows below min_effective_n still get λ = 0.
+            A model mixing several orders (fit with `levels`) also queries each row's shorter
+            suffixes (through the same cache) and mixes every component at once on the host.
 
     Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
     no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.
@@ -143,6 +148,25 @@ class InfiniGramLogitsProcessor(_Base):
             d = self._rows.ntd(rows_np, starts)
         else:
             d = self._cache.ntd_batch(rows_np, lengths=rows_np.shape[1] - starts, padding_side="left")
+        row_of, tok, cnt, total = self._entries(d, n, width)
+        self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
+        if self.mixing is not None and self.mixing.levels:
+            return d, row_of, tok, cnt, total
+        if self.mixing is not None:
+            return self._learned_entries(d, row_of, tok, cnt, total, n)
+        lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
+        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
+        lam = np.where(active, lam, 0.0)
+        sel = active[row_of]
+        row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
+        with np.errstate(divide="ignore"):
+            logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
+        return row_of, tok, logv, lam
+
+    def _entries(self, d: Any, n: int, width: int):
+        """(row, token, count) entries and the total per row of n rows' distributions `d`, with
+        end-of-document moved to the EOS id (merged where EOS is also a real token), or dropped
+        and the rows renormalized when there is no EOS id."""
         row_of = d.rows
         tok = d.token_ids.astype(np.int64)
         cnt = d.counts.astype(np.float64)
@@ -159,22 +183,38 @@ class InfiniGramLogitsProcessor(_Base):
                 key, inv = np.unique(row_of * width + tok, return_inverse=True)
                 cnt = np.bincount(inv.reshape(-1), weights=cnt)
                 row_of, tok = key // width, key % width
-        self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
-        if self.mixing is not None:
-            return self._learned_entries(d, row_of, tok, cnt, total, n)
-        lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
-        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
-        lam = np.where(active, lam, 0.0)
-        sel = active[row_of]
-        row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
-        with np.errstate(divide="ignore"):
-            logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
-        return row_of, tok, logv, lam
+        return row_of, tok, cnt, total
 
-    def _learned_entries(self, d: Any, row_of: np.ndarray, tok: np.ndarray, cnt: np.ndarray, total: np.ndarray,
-                         n: int):
-        """For learned mixing: (row, token, ln P_∞) entries, the rows' HOST_COLUMNS features and
-        which rows mix (λ itself is computed on the scores' device)."""
+    def _mix_orders(self, rows_np: np.ndarray, logp: torch.Tensor, width: int) -> torch.Tensor:
+        """Mix a model over several orders into logp: the longest match's distribution and each
+        level's (the same rows' shorter suffixes, from the cache), weights from the mixing model
+        on the host, one dense (rows, vocab) mass for the ∞-gram side (`mix_dense`)."""
+        n = len(rows_np)
+        d, row_of, tok, cnt, total = self._p_inf(rows_np, width)
+        host, active = self._host_columns(d, total, n)
+        p_inf = cnt / np.maximum(total[row_of], 1.0)
+        lengths = level_lengths(self.mixing.levels, d.suffix_len)
+        level_count = np.zeros(lengths.shape)
+        parts = []  # (level, rows, tokens, P_m) of every level's entries
+        for j in range(lengths.shape[1]):
+            sel = np.flatnonzero(active & (lengths[:, j] >= 0))
+            if not len(sel):
+                continue
+            dl = self._cache.ntd_batch(rows_np[sel], lengths=lengths[sel, j], padding_side="left")
+            r, t, c, tot = self._entries(dl, len(sel), width)
+            level_count[sel, j] = tot
+            parts.append((j, sel[r], t, c / np.maximum(tot[r], 1.0)))
+        x = host_features(self.mixing.features, host, logp, (row_of, tok, np.log(np.maximum(p_inf, 1e-300))))
+        w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
+                                            level_count > 0)
+        keys = [row_of * width + tok] + [r * width + t for _, r, t, _ in parts]
+        vals = [w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts]
+        mass = np.bincount(np.concatenate(keys), weights=np.concatenate(vals), minlength=n * width).reshape(n, width)
+        with np.errstate(divide="ignore"):
+            return mix_dense(logp, np.log(w[:, 0]), mass)
+
+    def _host_columns(self, d: Any, total: np.ndarray, n: int):
+        """The rows' HOST_COLUMNS features and which rows mix at all (an estimate, long enough)."""
         width = np.diff(d.offsets)
         top = np.zeros(n)
         top_token = np.full(n, -1.0)
@@ -191,6 +231,13 @@ class InfiniGramLogitsProcessor(_Base):
                          width.astype(np.float64), top, top_token], axis=1)
         assert host.shape[1] == len(HOST_COLUMNS)
         active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0)
+        return host, active
+
+    def _learned_entries(self, d: Any, row_of: np.ndarray, tok: np.ndarray, cnt: np.ndarray, total: np.ndarray,
+                         n: int):
+        """For learned mixing: (row, token, ln P_∞) entries, the rows' HOST_COLUMNS features and
+        which rows mix (λ itself is computed on the scores' device)."""
+        host, active = self._host_columns(d, total, n)
         sel = active[row_of]
         row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
         return row_of, tok, np.log(cnt / total[row_of]), host, active
@@ -232,6 +279,8 @@ class InfiniGramLogitsProcessor(_Base):
         logp = torch.log_softmax(scores.float(), dim=-1)
         rows_np = input_ids.detach().cpu().numpy()
         self._check_not_right_padded(rows_np)
+        if self.mixing is not None and self.mixing.levels:
+            return self._guard(rows_np, scores, self._mix_orders(rows_np, logp, width)).to(scores.dtype)
         if self.mixing is not None:
             row_of, tok, log_p_inf, host, active = self._p_inf(rows_np, width)
             if not len(row_of):

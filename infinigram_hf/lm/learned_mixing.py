@@ -36,7 +36,8 @@ TokenScores = Any
 
 FORMAT = "infinigram_hf-mixing"
 INDEX_FILE = "mixing.json"  # its name inside a directory (e.g. beside an index's shards)
-VERSION = 1
+VERSION = 1         # a two-way model (λ): what every reader of this format reads
+VERSION_ORDERS = 2  # a model mixing several orders (`levels`): older readers refuse it by its version
 FAMILIES = ("logistic", "mlp")
 
 # name -> (what it is, the TokenScores field it comes from). The transforms live in `raw_to_feature`
@@ -144,11 +145,29 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) / (1.0 + np.exp(-np.abs(z))))
 
 
+def masked_softmax(z: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of z over the available columns (0 elsewhere); column 0 (the model) is
+    always available, so every row sums to 1."""
+    z = np.where(available, z, -np.inf)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def level_inputs(level_count: np.ndarray) -> np.ndarray:
+    """The inputs a model mixing several orders adds per level: ln(1 + count of its suffix)."""
+    return np.log1p(np.maximum(np.asarray(level_count, dtype=np.float64), 0.0))
+
+
 @dataclass
 class MixingModel:
     """λ(features) = σ(network(standardised features)); `family` "logistic" (one linear layer) or
     "mlp" (hidden layers with tanh). `layers` are (weight (out, in), bias (out,)) float64 arrays.
-    `info` holds what the fit recorded (data, perplexities); it is saved, never used."""
+    `info` holds what the fit recorded (data, perplexities); it is saved, never used.
+
+    With `levels` (`infinigram_hf.lm.orders`) the model mixes several orders: its inputs are the
+    features and then ln(1 + count) of each level's suffix; its 2 + len(levels) outputs are the
+    logits of a softmax over the components (the model, the ∞-gram, each level), components that
+    do not exist for a context taking weight 0."""
 
     family: str
     features: tuple
@@ -156,16 +175,22 @@ class MixingModel:
     std: np.ndarray
     layers: List[tuple]
     info: Dict[str, Any] = field(default_factory=dict)
+    levels: tuple = ()
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
         self.features = check_features(self.features)
-        k = len(self.features)
+        if self.levels:
+            from .orders import check_levels
+            self.levels = check_levels(self.levels)
+        self.levels = tuple(self.levels)
+        k = len(self.features) + len(self.levels)
+        outputs = 2 + len(self.levels) if self.levels else 1
         self.mean = np.asarray(self.mean, dtype=np.float64).reshape(-1)
         self.std = np.asarray(self.std, dtype=np.float64).reshape(-1)
         if self.mean.shape != (k,) or self.std.shape != (k,) or not (self.std > 0).all():
-            raise ValueError(f"mean and std must hold {k} numbers (std > 0), one per feature")
+            raise ValueError(f"mean and std must hold {k} numbers (std > 0), one per input")
         layers, width = [], k
         for w, b in self.layers:
             w, b = np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64).reshape(-1)
@@ -176,8 +201,9 @@ class MixingModel:
                 raise ValueError("layer weights must be finite")
             layers.append((w, b))
             width = w.shape[0]
-        if not layers or width != 1 or (self.family == "logistic" and len(layers) != 1):
-            raise ValueError("the last layer must have one output (a logistic model has exactly one layer)")
+        if not layers or width != outputs or (self.family == "logistic" and len(layers) != 1):
+            raise ValueError(f"the last layer must have {outputs} output(s): one, or 2 + the number of levels "
+                             "(a logistic model has exactly one layer)")
         self.layers = layers
 
     # ------------------------------------------------------------ construction
@@ -197,17 +223,48 @@ class MixingModel:
 
     # ------------------------------------------------------------ evaluation
 
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        """σ⁻¹(λ) of raw feature rows x (tokens, features)."""
+    def outputs(self, x: np.ndarray) -> np.ndarray:
+        """The network's outputs (tokens, 1 or 2 + levels) for raw input rows x (tokens, inputs)."""
         h = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
         for i, (w, b) in enumerate(self.layers):
             h = h @ w.T + b
             if i < len(self.layers) - 1:
                 h = np.tanh(h)
-        return h[:, 0]
+        return h
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """σ⁻¹(λ) of raw feature rows x (tokens, features) of a two-way model."""
+        return self.outputs(x)[:, 0]
+
+    def inputs(self, scores: TokenScores) -> np.ndarray:
+        """The raw input rows of every token of `scores`: the features, then the levels' log counts."""
+        x = feature_matrix(scores, self.features)
+        if self.levels:
+            _, count = scores.level_columns(self.levels)
+            x = np.concatenate([x, level_inputs(count)], axis=1)
+        return x
+
+    def weights(self, scores: TokenScores) -> np.ndarray:
+        """(tokens, components) mixture weights, each row summing to 1: [1 − λ, λ] for a two-way
+        model, [model, ∞-gram, level...] for one mixing several orders."""
+        if not self.levels:
+            lam = self.lambdas(scores)
+            return np.stack([1.0 - lam, lam], axis=1)
+        _, count = scores.level_columns(self.levels)
+        return self.weights_from_inputs(self.inputs(scores), has_estimate(scores), count > 0)
+
+    def weights_from_inputs(self, x: np.ndarray, has_infgram: np.ndarray, has_level: np.ndarray) -> np.ndarray:
+        """`weights` of a model mixing several orders from its raw inputs x, and which contexts have
+        an ∞-gram estimate and which levels exist (tokens, levels)."""
+        avail = np.concatenate([np.ones((len(x), 1), bool), np.asarray(has_infgram, bool)[:, None],
+                                np.asarray(has_level, bool) & np.asarray(has_infgram, bool)[:, None]], axis=1)
+        return masked_softmax(self.outputs(x), avail)
 
     def lambdas(self, scores: TokenScores) -> np.ndarray:
-        """λ of every token of `scores` (0 where the context has no ∞-gram estimate)."""
+        """λ of every token of `scores` (0 where the context has no ∞-gram estimate); for a model
+        mixing several orders, the weight of all the ∞-gram side together (1 − the model's)."""
+        if self.levels:
+            return 1.0 - self.weights(scores)[:, 0]
         lam = _sigmoid(self.logits(feature_matrix(scores, self.features)))
         return np.where(has_estimate(scores), lam, 0.0)
 
@@ -215,26 +272,31 @@ class MixingModel:
 
     def to_dict(self) -> dict:
         """The model as a JSON-ready dict (what `save` writes; `from_dict` reads it back)."""
-        return {"format": FORMAT, "version": VERSION, "family": self.family, "features": list(self.features),
-                "feature_docs": {n: FEATURES[n] for n in self.features}, "activation": "tanh",
-                "mean": self.mean.tolist(), "std": self.std.tolist(),
-                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers], "info": self.info}
+        d = {"format": FORMAT, "version": VERSION_ORDERS if self.levels else VERSION, "family": self.family,
+             "features": list(self.features), "feature_docs": {n: FEATURES[n] for n in self.features},
+             "activation": "tanh", "mean": self.mean.tolist(), "std": self.std.tolist(),
+             "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers], "info": self.info}
+        if self.levels:
+            d["levels"] = list(self.levels)
+            d["outputs"] = ["neural", "infgram"] + [f"level {name}" for name in self.levels]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "the mixing model") -> "MixingModel":
         """A model from `to_dict()` output; MixingFormatError naming `source` otherwise."""
         if not isinstance(d, Mapping) or d.get("format") != FORMAT:
             raise MixingFormatError(f"{source} is not an infinigram_hf mixing model (no \"format\": \"{FORMAT}\")")
-        if d.get("version") != VERSION:
+        if d.get("version") not in (VERSION, VERSION_ORDERS) or (d.get("version") == VERSION and d.get("levels")):
             raise MixingFormatError(f"{source} has mixing-model version {d.get('version')!r}; this infinigram_hf "
-                                    f"reads version {VERSION}")
+                                    f"reads versions {VERSION} and {VERSION_ORDERS} (with levels)")
         unknown = [n for n in d.get("features", []) if n not in FEATURES]
         if unknown:
             raise MixingFormatError(f"{source} uses features {unknown} that this version does not compute "
                                     f"(known: {list(FEATURES)})")
         try:
             return cls(d["family"], tuple(d["features"]), d["mean"], d["std"],
-                       [(layer["weight"], layer["bias"]) for layer in d["layers"]], dict(d.get("info", {})))
+                       [(layer["weight"], layer["bias"]) for layer in d["layers"]], dict(d.get("info", {})),
+                       tuple(d.get("levels", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise MixingFormatError(f"{source} is malformed: {exc}") from None
 
@@ -262,7 +324,8 @@ class MixingModel:
 
     def __repr__(self) -> str:
         hidden = [w.shape[0] for w, _ in self.layers[:-1]]
-        return f"MixingModel(family={self.family!r}, features={list(self.features)}, hidden={hidden})"
+        levels = f", levels={list(self.levels)}" if self.levels else ""
+        return f"MixingModel(family={self.family!r}, features={list(self.features)}, hidden={hidden}{levels})"
 
 
 def as_mixing(mixing: Any) -> MixingModel:
@@ -277,8 +340,16 @@ def as_mixing(mixing: Any) -> MixingModel:
 
 
 def learned_logprob(scores: TokenScores, mixing: Any) -> np.ndarray:
-    """ln(λ·P_∞ + (1 − λ)·P_neural) per token with λ from the mixing model."""
-    lam = as_mixing(mixing).lambdas(scores)
+    """ln(λ·P_∞ + (1 − λ)·P_neural) per token with λ from the mixing model; for one mixing several
+    orders, ln Σ_k w_k·P_k over the model, the ∞-gram and the levels."""
+    mixing = as_mixing(mixing)
+    if mixing.levels:
+        w = mixing.weights(scores)
+        prob, _ = scores.level_columns(mixing.levels)
+        comp = np.concatenate([np.exp(scores.neural_logprob)[:, None], scores.infgram_prob[:, None], prob], axis=1)
+        with np.errstate(divide="ignore"):
+            return np.log((w * comp).sum(axis=1))
+    lam = mixing.lambdas(scores)
     with np.errstate(divide="ignore"):
         a = np.log1p(-lam) + scores.neural_logprob
         b = np.log(lam) + np.log(scores.infgram_prob)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -78,12 +78,19 @@ class TokenScores:
     top_infgram_prob: Optional[np.ndarray] = None    # float64: max_y P_∞(y | context)
     neural_infgram_agreement: Optional[np.ndarray] = None  # float64: ln Σ_y P_∞(y | ctx)·P_neural(y | ctx)
     neural_logprob_infgram_top: Optional[np.ndarray] = None  # float64: ln P_neural(argmax_y P_∞(y | ctx) | ctx)
+    # Mixing several orders (`infinigram_hf.lm.orders`): per level named in level_names, the
+    # estimate of the token from that shorter suffix and the suffix's count (0, 0: no such level).
+    level_prob: Optional[np.ndarray] = None   # float64 (tokens, levels): P_m(token | suffix of length m)
+    level_count: Optional[np.ndarray] = None  # float64 (tokens, levels): count of that suffix
+    level_names: tuple = ()
 
     @classmethod
-    def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None,
+    def from_arrays(cls, neural_logprob, infgram_prob, sparse, effective_n, doc_index=None, *,
+                    level_prob: Any = None, level_count: Any = None, level_names: Any = (),
                     **features: Any) -> "TokenScores":
         """TokenScores from per-token arrays (converted and checked for equal lengths); `features`:
-        the optional context features by field name (neural_entropy, ..., top_infgram_prob)."""
+        the optional context features by field name (neural_entropy, ..., top_infgram_prob);
+        level_prob / level_count: (tokens, len(level_names)) arrays of the levels."""
         n = len(neural_logprob)
         arrays = [np.asarray(neural_logprob, dtype=np.float64), np.asarray(infgram_prob, dtype=np.float64),
                   np.asarray(sparse, dtype=bool), np.asarray(effective_n, dtype=np.int64),
@@ -94,7 +101,15 @@ class TokenScores:
         extra = {k: None if v is None else np.asarray(v, dtype=np.float64) for k, v in features.items()}
         if any(a.shape != (n,) for a in arrays + [v for v in extra.values() if v is not None]):
             raise ValueError("TokenScores arrays must all be 1-D of the same length")
-        return cls(*arrays, **extra)
+        levels: dict = {}
+        if level_names or level_prob is not None or level_count is not None:
+            from .orders import check_levels
+            names = check_levels(level_names)
+            levels = dict(level_names=names, level_prob=np.asarray(level_prob, dtype=np.float64),
+                          level_count=np.asarray(level_count, dtype=np.float64))
+            if levels["level_prob"].shape != (n, len(names)) or levels["level_count"].shape != (n, len(names)):
+                raise ValueError(f"level_prob and level_count must both be ({n}, {len(names)}): one column per level")
+        return cls(*arrays, **extra, **levels)
 
     def __len__(self) -> int:
         return len(self.neural_logprob)
@@ -106,15 +121,30 @@ class TokenScores:
     def with_features(self, **features: Any) -> "TokenScores":
         """A copy with these optional features set (or replaced)."""
         return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
-                                       self.doc_index, **{**self.features(), **features})
+                                       self.doc_index, **self._levels(), **{**self.features(), **features})
+
+    def _levels(self) -> dict:
+        return dict(level_prob=self.level_prob, level_count=self.level_count, level_names=self.level_names) \
+            if self.level_names else {}
+
+    def level_columns(self, levels: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(level_prob, level_count) columns of these levels, in this order; ValueError when the
+        scores lack one (compute them with token_scores(..., levels=...))."""
+        missing = [name for name in levels if name not in self.level_names]
+        if missing:
+            raise ValueError(f"these scores lack the levels {missing} (they have {list(self.level_names)}): "
+                             f"compute them with token_scores(..., levels={list(levels)}) or with_index(..., levels=...)")
+        cols = [self.level_names.index(name) for name in levels]
+        return self.level_prob[:, cols], self.level_count[:, cols]
 
     def select(self, mask: Any) -> "TokenScores":
         """The tokens where `mask` (bool array, or indexes) selects, every array alike."""
-        return TokenScores(*(None if a is None else a[mask] for a in self._arrays()))
+        return replace(self, **{k: getattr(self, k)[mask] for k in self._array_fields() if getattr(self, k) is not None})
 
-    def _arrays(self) -> list:
-        return [self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n, self.doc_index] + \
-            [getattr(self, k) for k in FEATURE_FIELDS]
+    @staticmethod
+    def _array_fields() -> tuple:
+        return ("neural_logprob", "infgram_prob", "sparse", "effective_n", "doc_index") + FEATURE_FIELDS + \
+            ("level_prob", "level_count")
 
     def concat(self, other: "TokenScores") -> "TokenScores":
         """Both sets of tokens (document indexes of `other` shifted past this one's; a feature
@@ -125,20 +155,26 @@ class TokenScores:
             (other.neural_logprob, other.infgram_prob, other.sparse, other.effective_n, other.doc_index + shift))]
         feats = {k: np.concatenate([getattr(self, k), getattr(other, k)]) for k in FEATURE_FIELDS
                  if getattr(self, k) is not None and getattr(other, k) is not None}
+        if self.level_names and self.level_names == other.level_names:  # (levels kept when both have the same)
+            feats.update(level_names=self.level_names, level_prob=np.concatenate([self.level_prob, other.level_prob]),
+                         level_count=np.concatenate([self.level_count, other.level_count]))
         return TokenScores(*out, **feats)
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write to a .npz file (reload with `TokenScores.load`)."""
+        levels = {k: (np.array(v, dtype=str) if k == "level_names" else v) for k, v in self._levels().items()}
         np.savez_compressed(path, neural_logprob=self.neural_logprob, infgram_prob=self.infgram_prob,
                             sparse=self.sparse, effective_n=self.effective_n, doc_index=self.doc_index,
-                            **self.features())
+                            **self.features(), **levels)
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "TokenScores":
         """TokenScores saved with save()."""
         with np.load(path) as z:
+            levels = dict(level_names=tuple(str(x) for x in z["level_names"]), level_prob=z["level_prob"],
+                          level_count=z["level_count"]) if "level_names" in z.files else {}
             return cls.from_arrays(z["neural_logprob"], z["infgram_prob"], z["sparse"], z["effective_n"],
-                                   z["doc_index"], **{k: z[k] for k in FEATURE_FIELDS if k in z.files})
+                                   z["doc_index"], **levels, **{k: z[k] for k in FEATURE_FIELDS if k in z.files})
 
 
 FEATURE_FIELDS = ("neural_entropy", "neural_top_logprob", "context_count", "num_distinct", "top_infgram_prob",
@@ -193,7 +229,8 @@ class PerplexityResult:
         """One line: tokens, the model's and the interpolated perplexity, the improvement, λ."""
         return (f"tokens {self.num_tokens:,}  neural PPL {self.neural_perplexity:.3f}  "
                 f"+∞-gram PPL {self.perplexity:.3f}  ({self.relative_improvement:.1f}% improvement, "
-                + (f"learned λ ({self.mixing.family}), " if self.mixing is not None else
+                + (f"learned λ ({self.mixing.family}{', levels ' + '/'.join(self.mixing.levels) if self.mixing.levels else ''}), "
+                   if self.mixing is not None else
                    f"λ_sparse={self.lambda_sparse:.3f}, λ_dense={self.lambda_dense:.3f}, ")
                 + f"{100 * self.sparse_fraction:.1f}% sparse)")
 

@@ -59,3 +59,22 @@ def test_bad_arguments_are_refused(files, tiny_index, capsys):
     assert "not both" in capsys.readouterr().err
     assert cli_main(base + ["--lambda-dense", "2"]) != 0
     assert "lambda" in capsys.readouterr().err
+
+
+def test_fit_with_levels_then_perplexity(files, tiny_index, tiny_model, tiny_tok, capsys):
+    ix = str(tiny_index.paths[0])
+    out = files / "orders.json"
+    fit = run_json(capsys, ["fit-mixing", ix, "--model", str(files / "model"), "--data", str(files / "val.txt"),
+                            "--levels", "L-1", "1", "--hidden", "4", "--out", str(out), "--no-progress"])
+    assert fit["levels"] == ["L-1", "1"] and MixingModel.load(out).levels == ("L-1", "1")
+    got = run_json(capsys, ["perplexity", ix, "--model", str(files / "model"), "--data", str(files / "test.txt"),
+                            "--mixing", str(out), "--no-progress"])
+    scores = token_scores(tiny_model, tiny_tok, [(files / "test.txt").read_text(encoding="utf-8")], tiny_index,
+                          progress=False, levels=("L-1", "1"))
+    assert got["perplexity"] == pytest.approx(interpolate(scores, mixing=MixingModel.load(out)).perplexity, rel=1e-6)
+    assert got["levels"] == ["L-1", "1"]
+    base = ["fit-mixing", ix, "--model", str(files / "model"), "--data", str(files / "val.txt"), "--out", str(out)]
+    assert cli_main(base + ["--levels", "L-9"]) != 0
+    assert "levels" in capsys.readouterr().err
+    assert cli_main(base + ["--levels", "1", "--family", "two-lambda"]) != 0
+    assert "two-lambda" in capsys.readouterr().err

@@ -1,0 +1,249 @@
+"""Mixing several orders (issue 20, `infinigram_hf.lm.orders`): the levels' estimates equal the
+brute-force n-gram counts (conftest.Reference); perplexity(mixing=) and the processor with a
+model over several orders equal a brute-force mixture of the model, the ∞-gram and the levels;
+every mixture is a proper distribution; the fit beats two-way mixing where the shorter suffix
+holds the signal; files and scores round-trip."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import Reference
+from hf_tiny import TEXTS, tiny_model, tiny_tok  # noqa: F401
+from infinigram_hf import InfiniGramLogitsProcessor, MixingModel, fit_mixing
+from infinigram_hf.build import build_index
+from infinigram_hf.hf.perplexity import perplexity, token_scores, with_index
+from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, FEATURES, MixingFormatError
+from infinigram_hf.lm.mixture import TokenScores, interpolate
+from infinigram_hf.lm.orders import DEFAULT_LEVELS, check_levels, level_lengths, level_scores
+
+SMALL_CORPUS = [TEXTS[1][:3000], TEXTS[4][:1500]]
+DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]
+
+
+@pytest.fixture(scope="module")
+def small_index(tiny_tok, tmp_path_factory):
+    index = build_index(SMALL_CORPUS, tmp_path_factory.mktemp("orders") / "ix", tokenizer=tiny_tok, progress=False)
+    yield index
+    index.close()
+
+
+def random_orders_model(features, levels, seed=0, hidden=(5,)) -> MixingModel:
+    rng = np.random.default_rng(seed)
+    k = len(features) + len(levels)
+    layers, width = [], k
+    for h in hidden + (2 + len(levels),):
+        layers.append((rng.normal(size=(h, width)), rng.normal(size=h)))
+        width = h
+    return MixingModel("mlp", tuple(features), rng.normal(size=k), rng.random(k) + 0.5, layers, levels=levels)
+
+
+def brute_levels(ref: Reference, ctx: list, levels=DEFAULT_LEVELS) -> list:
+    """Per level: None (it does not exist) or (suffix count, {token: count}) of its suffix."""
+    k = ref.suffix_len(ctx)
+    out = []
+    for m in level_lengths(levels, np.array([k]))[0]:
+        if m < 0:
+            out.append(None)
+        else:
+            dist = ref.ntd(ctx[len(ctx) - m:])
+            out.append((sum(dist.values()), dist))
+    return out
+
+
+def brute_weights(model: MixingModel, ref: Reference, ctx: list, logp_row: np.ndarray) -> tuple:
+    """(weights over [model, ∞-gram, levels], the levels) of one context, from the brute-force
+    ∞-gram features and level counts and the model's formula written out here."""
+    dist, k = ref.infgram_ntd(ctx)
+    total = sum(dist.values())
+    f = dict(sparse=float(len(dist) == 1), log_effective_n=math.log(k + 1), log_context_count=math.log1p(total),
+             log_num_distinct=math.log1p(len(dist)), top_infgram_prob=max(dist.values()) / total if total else 0.0,
+             neural_entropy=float(-(np.exp(logp_row) * np.where(np.isinf(logp_row), 0, logp_row)).sum()),
+             neural_top_prob=float(np.exp(logp_row.max())))
+    lev = brute_levels(ref, ctx, model.levels)
+    x = np.array([f[n] for n in model.features] + [math.log1p(v[0]) if v else 0.0 for v in lev])
+    h = (x - model.mean) / model.std
+    for i, (w, b) in enumerate(model.layers):
+        h = w @ h + b
+        if i < len(model.layers) - 1:
+            h = np.tanh(h)
+    avail = [True, total > 0] + [bool(v) and v[0] > 0 and total > 0 for v in lev]
+    e = np.where(avail, np.exp(h - h.max()), 0.0)
+    return e / e.sum(), lev
+
+
+def test_level_lengths_follow_the_longest_match():
+    got = level_lengths(("L-1", "L/2", "1", "3"), np.array([0, 1, 2, 3, 9]))
+    want = [[-1, -1, -1, -1], [0, 0, -1, -1], [1, 1, 1, -1], [2, 1, 1, -1], [8, 4, 1, 3]]
+    np.testing.assert_array_equal(got, want)
+    for bad in ([], ["L-2"], ["0"], ["1", "1"], [1]):
+        with pytest.raises(ValueError, match="levels"):
+            check_levels(bad)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_level_scores_equal_brute_force_counts(seed, tmp_path):
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, 6, size=rng.integers(3, 60)) for _ in range(25)]
+    index = build_index(docs, tmp_path / "ix", vocab_size=9, progress=False)
+    ref = Reference(docs, 9)
+    seq = rng.integers(0, 6, size=80)
+    levels = ("L-1", "L/2", "1", "2")
+    prob, count = level_scores(index, seq, index.score(seq).suffix_len, levels)
+    for t in range(len(seq)):
+        for j, v in enumerate(brute_levels(ref, list(seq[:t]), levels)):
+            if v is None:
+                assert prob[t, j] == 0 and count[t, j] == 0
+            else:
+                assert count[t, j] == v[0] > 0
+                assert prob[t, j] == pytest.approx(v[1].get(int(seq[t]), 0) / v[0], abs=1e-15)
+    index.close()
+
+
+def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, small_index):
+    model = random_orders_model(list(FEATURES)[:7], DEFAULT_LEVELS, seed=5)
+    res = perplexity(tiny_model, tiny_tok, DOCS, small_index, mixing=model, progress=False)
+    assert res.scores.level_names == DEFAULT_LEVELS
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    logs = []
+    for text in DOCS:
+        doc = tiny_tok.encode(text)
+        seq = [tiny_tok.bos_token_id] + doc
+        with torch.no_grad():
+            lp_all = torch.log_softmax(tiny_model(torch.tensor([seq])).logits[0].double(), -1).numpy()
+        for t in range(1, len(seq)):
+            ctx, y = doc[: t - 1], seq[t]
+            w, lev = brute_weights(model, ref, ctx, lp_all[t - 1])
+            comp = [math.exp(lp_all[t - 1][y]), ref.infgram_prob(ctx, y).prob] + \
+                [v[1].get(y, 0) / v[0] if v else 0.0 for v in lev]
+            logs.append(math.log(float(np.dot(w, comp))))
+    assert res.num_tokens == len(logs)
+    assert res.perplexity == pytest.approx(math.exp(-np.mean(logs)), rel=1e-5)
+    # with_index recomputes the levels from the index it is given
+    again = with_index(res.scores, tiny_tok, DOCS, small_index)
+    np.testing.assert_allclose(again.level_prob, res.scores.level_prob)
+    np.testing.assert_array_equal(again.level_count, res.scores.level_count)
+
+
+def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, small_index, tmp_path):
+    model = random_orders_model(list(DEFAULT_FEATURES) + ["neural_entropy"], DEFAULT_LEVELS, seed=6)
+    model.save(tmp_path / "m.json")
+    proc = InfiniGramLogitsProcessor(small_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
+               tiny_tok.encode(SMALL_CORPUS[1][:40]), tiny_tok.encode("x")]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])  # left padding (pad = EOS = 0)
+    scores = torch.from_numpy(np.random.default_rng(7).normal(size=(len(prompts), tiny_model.config.vocab_size))).float()
+    scores[0, 5] = -float("inf")  # forbidden by an earlier processor: stays so
+    got = proc(ids, scores.clone()).double().numpy()
+    logp = torch.log_softmax(scores.double(), -1).numpy()
+    vocab = logp.shape[1]
+
+    def dense(dist):  # {index token: count} -> the model's ids, end-of-document as EOS (id 0)
+        p = np.zeros(vocab)
+        total = sum(dist.values())
+        for t, c in dist.items():
+            p[0 if t == small_index.separator_id else t] += c / total
+        return p
+
+    for r, p in enumerate(prompts):
+        w, lev = brute_weights(model, ref, p, logp[r].astype(np.float32).astype(np.float64))
+        mix = w[0] * np.exp(logp[r]) + w[1] * dense(ref.infgram_ntd(p)[0])
+        for j, v in enumerate(lev):
+            if v:
+                mix += w[2 + j] * dense(v[1])
+        with np.errstate(divide="ignore"):
+            want = np.log(mix)
+        np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-4)
+        assert np.exp(got[r]).sum() == pytest.approx(1.0, abs=1e-4)
+    assert got[0, 5] == -np.inf
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_orders_mixture_is_a_proper_distribution(seed, tiny_tok, small_index):
+    """Whatever the weights, every processed row sums to 1 (random models, random contexts)."""
+    rng = np.random.default_rng(seed)
+    model = random_orders_model(list(DEFAULT_FEATURES), ("L-1", "1", "3"), seed=seed, hidden=(4, 3))
+    proc = InfiniGramLogitsProcessor(small_index, tokenizer=tiny_tok, mixing=model)
+    text = tiny_tok.encode(SMALL_CORPUS[0])
+    ids = torch.tensor(np.stack([text[s:s + 30] for s in rng.integers(0, len(text) - 30, size=6)]))
+    vocab = small_index.vocab_size + 12
+    out = proc(ids, torch.from_numpy(rng.normal(size=(6, vocab)) * 3).float())
+    np.testing.assert_allclose(out.double().exp().sum(-1).numpy(), 1.0, atol=1e-5)
+
+
+def planted_levels(n: int, seed: int) -> TokenScores:
+    """Tokens whose best predictor is the bigram level when the ∞-gram context is long and rare
+    (its estimate overfits), the ∞-gram otherwise."""
+    rng = np.random.default_rng(seed)
+    eff = rng.integers(1, 40, n)
+    count = rng.integers(1, 200, n).astype(float)
+    overfit = (eff > 10) & (count < 20)
+    p_nn = np.full(n, 0.05)
+    p_inf = np.where(overfit, 0.01, 0.6)
+    p_bigram = np.where(overfit, 0.5, 0.02)
+    level_count = np.stack([np.where(eff > 2, count * 2, 0), np.where(eff > 1, count * 50, 0)], axis=1)
+    level_prob = np.stack([np.full(n, 0.05), np.where(eff > 1, p_bigram, 0)], axis=1)
+    return TokenScores.from_arrays(np.log(p_nn), p_inf, rng.random(n) < 0.3, eff, context_count=count,
+                                   num_distinct=rng.integers(1, 9, n), top_infgram_prob=rng.random(n),
+                                   level_names=("L-1", "1"), level_prob=level_prob, level_count=level_count)
+
+
+def test_fit_with_levels_beats_two_way_mixing():
+    torch.manual_seed(0)
+    s = planted_levels(8000, 0)
+    two_way = fit_mixing(s, max_iter=100)
+    orders = fit_mixing(s, levels=("L-1", "1"), max_iter=100)
+    assert orders.model.levels == ("L-1", "1")
+    assert orders.result.perplexity < 0.9 * two_way.result.perplexity
+    w = orders.model.weights(s)
+    np.testing.assert_allclose(w.sum(1), 1.0)
+    no_level = s.level_count == 0
+    assert (w[:, 2:][no_level] == 0).all()  # a level that does not exist gets no weight
+    with pytest.raises(ValueError, match="lack the levels"):
+        fit_mixing(s, levels=("L/2",))
+
+
+def test_orders_files_and_scores_round_trip(tmp_path):
+    model = random_orders_model(["sparse", "log_effective_n"], ("L-1", "1"), seed=3, hidden=(3,))
+    model.save(tmp_path / "m.json")
+    d = json.loads((tmp_path / "m.json").read_text())
+    assert d["version"] == 2 and d["levels"] == ["L-1", "1"]
+    back = MixingModel.load(tmp_path / "m.json")
+    s = planted_levels(300, 1)
+    np.testing.assert_array_equal(back.weights(s), model.weights(s))
+    assert "levels" in repr(back)
+    # a two-way model keeps version 1 (readers before levels still read it)
+    assert MixingModel.two_lambda(0.5, 0.2).to_dict()["version"] == 1
+    (tmp_path / "bad.json").write_text(json.dumps({**d, "version": 1}))
+    with pytest.raises(MixingFormatError, match="bad.json"):
+        MixingModel.load(tmp_path / "bad.json")
+    (tmp_path / "bad2.json").write_text(json.dumps({**d, "levels": ["L-7"]}))
+    with pytest.raises(MixingFormatError, match="bad2.json"):
+        MixingModel.load(tmp_path / "bad2.json")
+    # scores keep their levels through save/load, select and concat
+    s.save(tmp_path / "s.npz")
+    t = TokenScores.load(tmp_path / "s.npz")
+    assert t.level_names == s.level_names
+    np.testing.assert_array_equal(t.level_prob, s.level_prob)
+    part = t.select(np.arange(10))
+    assert part.level_prob.shape == (10, 2)
+    assert len(part.concat(part).level_count) == 20
+    assert interpolate(s, mixing=model).perplexity == pytest.approx(interpolate(t, mixing=back).perplexity)
+    with pytest.raises(ValueError, match="level_prob"):
+        TokenScores.from_arrays([0.0], [0.5], [True], [2], level_names=("1",), level_prob=[[0.1, 0.2]],
+                                level_count=[[1.0, 2.0]])
+
+
+def test_token_scores_levels_are_opt_in(tiny_model, tiny_tok, small_index):
+    plain = token_scores(tiny_model, tiny_tok, DOCS[:1], small_index, progress=False)
+    assert plain.level_names == () and plain.level_prob is None
+    with pytest.raises(ValueError, match="lack the levels"):
+        interpolate(plain, mixing=random_orders_model(["sparse"], ("1",)))
+    s = token_scores(tiny_model, tiny_tok, DOCS[:1], small_index, progress=False, levels=["1"])
+    assert s.level_names == ("1",) and s.level_prob.shape == (len(s), 1)
