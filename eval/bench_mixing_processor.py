@@ -1,5 +1,6 @@
 """Issue 20: per-call time of InfiniGramLogitsProcessor with learned mixing (mixing=, an MLP over
-all features) vs the two λs, same index, same inputs, interleaved runs in one process.
+all features; and a model mixing several orders, `levels`) vs the two λs, same index, same
+inputs, interleaved runs in one process.
 
 Each call sees held-out stdlib prefixes growing by one token (teacher forcing, so both variants
 see identical contexts) and random (batch, 32000) scores standing in for the model's logits;
@@ -8,6 +9,7 @@ thread (torch on 1 thread: on a loaded shared machine wall time mostly measures 
 ratio learned / two-λ per run, and their median.
 
     nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py
+    nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py --variants "default features" "several orders"
 """
 from __future__ import annotations
 
@@ -25,13 +27,16 @@ import ppl_setup  # noqa: E402
 
 from infinigram_hf import InfiniGramLogitsProcessor, MixingModel  # noqa: E402
 from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, FEATURES  # noqa: E402
+from infinigram_hf.lm.orders import DEFAULT_LEVELS  # noqa: E402
 
 
-def mlp(features=tuple(FEATURES), hidden: int = 16) -> MixingModel:
+def mlp(features=tuple(FEATURES), hidden: int = 16, levels=()) -> MixingModel:
+    """A random MLP (the time does not depend on the weights: every row is queried alike)."""
     rng = np.random.default_rng(0)
-    k = len(features)
+    k, out = len(features) + len(levels), 2 + len(levels) if levels else 1
     return MixingModel("mlp", tuple(features), np.zeros(k), np.ones(k),
-                       [(rng.normal(size=(hidden, k)) * 0.3, np.zeros(hidden)), (rng.normal(size=(1, hidden)), [0.0])])
+                       [(rng.normal(size=(hidden, k)) * 0.3, np.zeros(hidden)), (rng.normal(size=(out, hidden)),
+                                                                                 np.zeros(out))], levels=levels)
 
 
 def one_run(index, rows: np.ndarray, start: int, calls: int, mixing) -> float:
@@ -53,13 +58,17 @@ def main(argv=None) -> None:
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--variants", nargs="+", default=None, help="learned variants to time (default: all)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     index = ppl_setup.reference_index("all", progress=False)
     docs = [d for d in ppl_setup.split_docs("heldout") if len(d) >= args.prompt_len + args.calls]
     models = {"default features": mlp(DEFAULT_FEATURES),
               "default + log_agreement": mlp(tuple(DEFAULT_FEATURES) + ("log_agreement",)),
-              f"all {len(FEATURES)} features": mlp(tuple(FEATURES))}
+              f"all {len(FEATURES)} features": mlp(tuple(FEATURES)),
+              "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS)}
+    if args.variants:
+        models = {k: models[k] for k in args.variants}
     for b in args.batches:
         rows = np.stack([d[: args.prompt_len + args.calls] for d in docs[:b]]).astype(np.int64)
         times: dict = {"two-λ": [], **{k: [] for k in models}}

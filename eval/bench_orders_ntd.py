@@ -1,6 +1,6 @@
 """Issue 20, sizing the next step: what would the processor pay to mix several orders?
 
-Mixing the model with the n-gram estimates of shorter suffixes (eval/mixing_orders.py) needs,
+Mixing the model with the n-gram estimates of shorter suffixes (now `levels` in the package: fit_mixing(..., levels=...), eval/mixing_table.py) needs,
 per row and decoding step, the next-token distributions of the suffixes of length L − 1, ⌊L/2⌋
 and 1 besides the longest match's. This times those queries as one batched call each
 (`infgram_ntd_batch(..., infinite=False)`), on held-out stdlib prefixes at the lengths a decoding

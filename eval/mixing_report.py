@@ -1,6 +1,7 @@
-"""The tables of eval/mixing_table.py from cached token scores: fits (two λs and learned mixing on
-validation), held-out perplexities per datastore size, as is and decontaminated, and where the
-gain comes from (effective n, sparse/dense). Kept apart from the caching so refits are quick."""
+"""The tables of eval/mixing_table.py from cached token scores: fits (two λs, learned two-way
+mixing, and learned mixing over several orders on validation), held-out perplexities per
+datastore size, as is and decontaminated, and where the gain comes from (effective n,
+sparse/dense). Kept apart from the caching so refits are quick."""
 from __future__ import annotations
 
 import datetime
@@ -11,6 +12,7 @@ import numpy as np
 
 from infinigram_hf import fit_mixing, interpolate, tune_lambdas
 from infinigram_hf.decontaminate import IndexDecontaminator
+from infinigram_hf.lm.orders import DEFAULT_LEVELS, level_scores
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = {"logistic": dict(family="logistic"), "mlp": dict(family="mlp", hidden=16)}
@@ -23,6 +25,23 @@ def ppl(logp: np.ndarray) -> float:
 
 def rel(p: float, p0: float) -> float:
     return (1 - (p - 1) / (p0 - 1)) * 100
+
+
+def add_levels(scores, docs, index, levels=DEFAULT_LEVELS):
+    """The scores with the levels' columns (mixing several orders) computed against `index`: the
+    longest match of every scored token is already in the scores (effective n − 1), so only the
+    shorter suffixes are queried. Each document's scored tokens are its last ones."""
+    per_doc = np.bincount(scores.doc_index, minlength=len(docs))
+    probs, counts = [], []
+    start = 0
+    for d, k in zip(docs, per_doc.tolist()):
+        suffix_len = np.zeros(len(d), np.int64)
+        suffix_len[len(d) - k:] = np.maximum(scores.effective_n[start:start + k] - 1, 0)
+        p, c = level_scores(index, np.asarray(d, np.int64), suffix_len, levels)
+        probs.append(p[len(d) - k:])
+        counts.append(c[len(d) - k:])
+        start += k
+    return scores.with_levels(levels, np.concatenate(probs), np.concatenate(counts))
 
 
 def contaminated_docs(test_docs, index) -> tuple[list, list]:
@@ -49,7 +68,7 @@ def choose_family(val) -> tuple[str, dict]:
     return best, out
 
 
-def buckets(test, lp_two, lp_learn, lam_two, lam_learn) -> list:
+def buckets(test, lp_two, lp_learn, lam_two, lam_learn, lp_orders) -> list:
     """Per effective-n bucket and sparse/dense: tokens, perplexities and mean λ."""
     rows = []
     n = test.effective_n
@@ -62,7 +81,7 @@ def buckets(test, lp_two, lp_learn, lam_two, lam_learn) -> list:
             nn, two, learn = ppl(test.neural_logprob[sel]), ppl(lp_two[sel]), ppl(lp_learn[sel])
             rows.append(dict(n=f"{lo}" if lo == hi else f"{lo}-{hi if hi < 10**9 else '∞'}", kind=sp_name,
                              tokens=int(sel.sum()), share=float(sel.mean()), neural_ppl=nn, two_lambda_ppl=two,
-                             learned_ppl=learn, mean_lambda_two=float(lam_two[sel].mean()),
+                             learned_ppl=learn, orders_ppl=ppl(lp_orders[sel]), mean_lambda_two=float(lam_two[sel].mean()),
                              mean_lambda_learned=float(lam_learn[sel].mean()),
                              # the share of the total log-likelihood gain of learned over two-λ
                              gain_nats=float((lp_learn[sel] - lp_two[sel]).sum())))
@@ -78,21 +97,28 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
     keep_mask = ~np.isin(test_all.doc_index, dropped)
 
     family, dev = choose_family(val_all)
-    rows, fits = [], {}
+    rows, fits, orders = [], {}, {}
     for frac, (val, test) in scores.items():
         two = tune_lambdas(val)
         fit = fit_mixing(val, **FAMILIES[family], info=dict(domain=args.domain, datastore=frac))
         other = {k: fit_mixing(val, **kw).model for k, kw in FAMILIES.items() if k != family}
         fits[frac] = fit
+        index = spec["index"](frac)
+        val, test = add_levels(val, val_docs, index), add_levels(test, test_docs, index)
+        scores[frac] = (val, test)
+        orders[frac] = fit_mixing(val, family="mlp", hidden=16, levels=DEFAULT_LEVELS,
+                                  info=dict(domain=args.domain, datastore=frac))
         for setting, mask in (("as is", np.ones(len(test), bool)), ("decontaminated", keep_mask)):
             t = test.select(mask)
             r_two = interpolate(t, two.lambda_sparse, two.lambda_dense)
             r_learn = interpolate(t, mixing=fit.model)
+            r_orders = interpolate(t, mixing=orders[frac].model)
             row = dict(datastore=frac, setting=setting, datastore_tokens=spec["index"](frac).num_tokens,
                        tokens=len(t), docs=int(len(np.unique(t.doc_index))), neural_ppl=r_two.neural_perplexity,
                        lambda_sparse=two.lambda_sparse, lambda_dense=two.lambda_dense,
                        two_lambda_ppl=r_two.perplexity, two_lambda_improvement=r_two.relative_improvement,
                        learned_ppl=r_learn.perplexity, learned_improvement=r_learn.relative_improvement,
+                       orders_ppl=r_orders.perplexity, orders_improvement=r_orders.relative_improvement,
                        sparse_fraction=r_two.sparse_fraction)
             for k, m in other.items():
                 row[f"{k}_ppl"] = interpolate(t, mixing=m).perplexity
@@ -105,9 +131,13 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
     from infinigram_hf.lm.mixture import mixture_logprob
     lp_two = mixture_logprob(test, two.lambda_sparse, two.lambda_dense)
     lp_learn = learned_logprob(test, model)
-    by_bucket = buckets(test, lp_two, lp_learn, lam_two, model.lambdas(test))
+    lp_orders = learned_logprob(test, orders["all"].model)
+    by_bucket = buckets(test, lp_two, lp_learn, lam_two, model.lambdas(test), lp_orders)
     d = test.select(keep_mask)
-    by_bucket_deco = buckets(d, lp_two[keep_mask], lp_learn[keep_mask], lam_two[keep_mask], model.lambdas(d))
+    by_bucket_deco = buckets(d, lp_two[keep_mask], lp_learn[keep_mask], lam_two[keep_mask], model.lambdas(d),
+                             lp_orders[keep_mask])
+    mean_weights = dict(zip(["neural", "infgram"] + [f"level {n}" for n in DEFAULT_LEVELS],
+                            orders["all"].model.weights(test).mean(axis=0).tolist()))
 
     info = json.loads((spec["model_dir"] / "train_info.json").read_text())
     out = dict(date=datetime.date.today().isoformat(), domain=args.domain, model=info, window=args.window,
@@ -115,6 +145,7 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
                test_tokens=len(test_all), features=list(fits["all"].model.features), family=family, family_dev_ppl=dev,
                decontamination=dict(n=13, threshold=0.8, dropped_docs=len(dropped),
                                     dropped_tokens=int((~keep_mask).sum()), overlaps=overlaps),
+               levels=list(DEFAULT_LEVELS), orders_mean_weights=mean_weights,
                rows=rows, by_bucket=by_bucket, by_bucket_decontaminated=by_bucket_deco)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
@@ -122,6 +153,7 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
         tag = args.domain + ("_full" if not args.val_tokens and not args.test_tokens else "")
         (HERE / "results" / f"mixing_{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
         model.save(HERE / "results" / f"mixing_model_{tag}.json")
+        orders["all"].model.save(HERE / "results" / f"mixing_orders_model_{tag}.json")
     print_tables(out)
 
 
@@ -134,19 +166,23 @@ def print_tables(out: dict) -> None:
           + f"); decontaminated: {dc['dropped_docs']} docs / {dc['dropped_tokens']:,} tokens dropped "
           f"(>= {dc['threshold']:.0%} of token 13-grams in the full datastore)\n")
     print("| datastore | held-out | tokens | neural PPL | two-λ PPL (λs, λd) | two-λ impr. | learned PPL | "
-          "learned impr. | other family PPL |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "learned impr. | other family PPL | several orders PPL | several orders impr. |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in out["rows"]:
         other = [f"{k[:-4]} {v:.2f}" for k, v in r.items() if k.endswith("_ppl") and k[:-4] in FAMILIES]
         print(f"| {r['datastore']} ({r['datastore_tokens'] / 1e6:.1f}M) | {r['setting']} | {r['tokens']:,} | "
               f"{r['neural_ppl']:.2f} | {r['two_lambda_ppl']:.2f} ({r['lambda_sparse']:.2f}, {r['lambda_dense']:.2f}) | "
               f"{r['two_lambda_improvement']:.1f}% | **{r['learned_ppl']:.2f}** | **{r['learned_improvement']:.1f}%** | "
-              f"{', '.join(other)} |")
+              f"{', '.join(other)} | **{r['orders_ppl']:.2f}** | **{r['orders_improvement']:.1f}%** |")
     for key, title in (("by_bucket", "as is"), ("by_bucket_decontaminated", "decontaminated")):
         print(f"\nwhere the gain comes from (full datastore, {title}):")
-        print("| eff. n | kind | tokens | share | neural | two-λ | learned | mean λ two / learned | share of gain |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| eff. n | kind | tokens | share | neural | two-λ | learned | several orders | "
+              "mean λ two / learned | share of gain (learned) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for b in out[key]:
             print(f"| {b['n']} | {b['kind']} | {b['tokens']:,} | {100 * b['share']:.1f}% | {b['neural_ppl']:.1f} | "
-                  f"{b['two_lambda_ppl']:.1f} | {b['learned_ppl']:.1f} | {b['mean_lambda_two']:.2f} / "
+                  f"{b['two_lambda_ppl']:.1f} | {b['learned_ppl']:.1f} | {b['orders_ppl']:.1f} | "
+                  f"{b['mean_lambda_two']:.2f} / "
                   f"{b['mean_lambda_learned']:.2f} | {100 * b['gain_share']:.0f}% |")
+    print("\nmean weight per component of the several-orders model (held-out, full datastore):",
+          {k: round(v, 3) for k, v in out["orders_mean_weights"].items()})

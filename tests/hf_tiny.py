@@ -91,3 +91,29 @@ def tiny_index(tiny_tok, tmp_path_factory):
     index = build_index(TEXTS, out, tokenizer=tiny_tok, progress=False)
     yield index
     index.close()
+
+
+# The learned-mixing tests' corpus and documents: a small index, so that many contexts back off
+# to short matches, and documents in it, half in it, and out of it.
+MIXING_CORPUS = [TEXTS[1][:3000], TEXTS[4][:1500]]
+MIXING_DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]
+
+
+@pytest.fixture(scope="module")
+def mixing_index(tiny_tok, tmp_path_factory):
+    """MIXING_CORPUS indexed with tiny_tok."""
+    index = build_index(MIXING_CORPUS, tmp_path_factory.mktemp("mix") / "ix", tokenizer=tiny_tok, progress=False)
+    yield index
+    index.close()
+
+
+def scored_positions(model, tok, texts, window: int = 512):
+    """(∞-gram context, target id, the model's log-probabilities (float64 numpy) at it) of every
+    token that perplexity() scores in `texts` (each document after BOS, one window)."""
+    for text in texts:
+        doc = tok.encode(text)
+        seq = [tok.bos_token_id] + doc
+        with torch.no_grad():
+            lp_all = torch.log_softmax(model(torch.tensor([seq[:window]])).logits[0].double(), -1).numpy()
+        for t in range(1, len(seq)):
+            yield doc[: t - 1], seq[t], lp_all[t - 1]

@@ -206,15 +206,14 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
 
 
 def mix_dense(logp: torch.Tensor, log_w_model: np.ndarray, mass: np.ndarray) -> torch.Tensor:
-    """log(w_model·p_nn + mass) for every (row, token), in place: `mass` (rows, vocab) float64 is
-    the ∞-gram side's weighted probability (the ∞-gram and the levels summed), log_w_model the
-    model's log-weight per row. A row with weight 1 on the model and no mass is left exactly as
-    it was; tokens already at -inf (forbidden by an earlier processor) stay so."""
+    """log(w_model·p_nn + mass) for every (row, token), in place: `mass` (rows · vocab,) float64 is
+    the ∞-gram side's weighted probability summed over its components, log_w_model the model's
+    log-weight per row. Dense float32 passes over the rows (for a mixture of several orders, whose
+    components cover much of the vocabulary, they cost less than a gather and a scatter of the
+    entries). A row with weight 1 on the model and no mass is left exactly as it was; tokens
+    already at -inf (forbidden by an earlier processor) stay so."""
     dev = logp.device
-    with np.errstate(divide="ignore"):
-        log_mass = torch.from_numpy(np.log(mass)).to(dev, non_blocking=dev.type != "cpu")
-    shift = torch.from_numpy(np.asarray(log_w_model, dtype=np.float64)).to(dev)
-    fdt = torch.float32 if dev.type == "mps" else torch.float64
-    mixed = torch.logaddexp(logp.to(fdt) + shift.to(fdt)[:, None], log_mass.to(fdt)).to(logp.dtype)
-    logp.copy_(torch.where(torch.isneginf(logp), logp, mixed))
-    return logp
+    m = torch.from_numpy(mass.astype(np.float32)).to(dev, non_blocking=dev.type != "cpu").reshape(logp.shape)
+    shift = torch.from_numpy(np.asarray(log_w_model, dtype=np.float32)).to(dev)
+    mixed = torch.logaddexp(logp + shift.to(logp.dtype)[:, None], torch.log(m).to(logp.dtype))
+    return logp.copy_(torch.where(torch.isneginf(logp), logp, mixed))

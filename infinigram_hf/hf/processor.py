@@ -31,6 +31,10 @@ from ..lm.learned_mixing import level_inputs
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
+# Mixing several orders: the ∞-gram side's mass mixed in at its non-zero entries (True) or densely
+# (False, the default); a switch for eval/bench_mixing_processor.py's comparison of the two.
+_ORDERS_SPARSE = False
+
 try:  # subclass transformers' base class when available (it only documents the call signature)
     from transformers import LogitsProcessor as _Base
 except ImportError:  # pragma: no cover
@@ -188,7 +192,9 @@ class InfiniGramLogitsProcessor(_Base):
     def _mix_orders(self, rows_np: np.ndarray, logp: torch.Tensor, width: int) -> torch.Tensor:
         """Mix a model over several orders into logp: the longest match's distribution and each
         level's (the same rows' shorter suffixes, from the cache), weights from the mixing model
-        on the host, one dense (rows, vocab) mass for the ∞-gram side (`mix_dense`)."""
+        on the host. The ∞-gram side's weighted mass is summed per (row, token) with one bincount
+        and mixed in densely (`mix_dense`; the levels' distributions cover much of the vocabulary:
+        eval/RESULTS.md has the sparse and dense variants' times)."""
         n = len(rows_np)
         d, row_of, tok, cnt, total = self._p_inf(rows_np, width)
         host, active = self._host_columns(d, total, n)
@@ -209,7 +215,10 @@ class InfiniGramLogitsProcessor(_Base):
                                             level_count > 0)
         keys = [row_of * width + tok] + [r * width + t for _, r, t, _ in parts]
         vals = [w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts]
-        mass = np.bincount(np.concatenate(keys), weights=np.concatenate(vals), minlength=n * width).reshape(n, width)
+        mass = np.bincount(np.concatenate(keys), weights=np.concatenate(vals), minlength=n * width)
+        if _ORDERS_SPARSE:
+            at = np.flatnonzero(mass)
+            return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
         with np.errstate(divide="ignore"):
             return mix_dense(logp, np.log(w[:, 0]), mass)
 

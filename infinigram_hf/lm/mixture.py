@@ -123,6 +123,12 @@ class TokenScores:
         return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
                                        self.doc_index, **self._levels(), **{**self.features(), **features})
 
+    def with_levels(self, level_names: Any, level_prob: Any, level_count: Any) -> "TokenScores":
+        """A copy holding these levels' columns (see `infinigram_hf.lm.orders`), replacing any."""
+        return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
+                                       self.doc_index, level_names=level_names, level_prob=level_prob,
+                                       level_count=level_count, **self.features())
+
     def _levels(self) -> dict:
         return dict(level_prob=self.level_prob, level_count=self.level_count, level_names=self.level_names) \
             if self.level_names else {}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import Reference
-from hf_tiny import TEXTS, tiny_index, tiny_model, tiny_tok  # noqa: F401
+from hf_tiny import MIXING_CORPUS as SMALL_CORPUS, MIXING_DOCS as DOCS, TEXTS, mixing_index, scored_positions, tiny_index, tiny_model, tiny_tok  # noqa: F401
 from infinigram_hf import InfiniGramLogitsProcessor, MixingModel, fit_mixing
 from infinigram_hf.build import build_index
 from infinigram_hf.hf.mixing import HOST_COLUMNS, DeviceMixing, feature_columns, mix_sparse_learned
@@ -20,15 +20,6 @@ from infinigram_hf.hf.perplexity import perplexity, token_scores, with_index
 from infinigram_hf.lm.learned_mixing import FEATURES, MixingFormatError, feature_matrix
 from infinigram_hf.lm.mixture import TokenScores, interpolate, tune_lambdas
 
-SMALL_CORPUS = [TEXTS[1][:3000], TEXTS[4][:1500]]
-DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]
-
-
-@pytest.fixture(scope="module")
-def small_index(tiny_tok, tmp_path_factory):
-    index = build_index(SMALL_CORPUS, tmp_path_factory.mktemp("mix") / "ix", tokenizer=tiny_tok, progress=False)
-    yield index
-    index.close()
 
 
 def planted(n: int, seed: int) -> tuple[TokenScores, np.ndarray]:
@@ -199,40 +190,34 @@ def lam_of(model: MixingModel, f: dict) -> float:
     return float(model.lambdas(s)[0])
 
 
-def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_index):
+def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index):
     window = 512
     model = random_model(list(FEATURES), seed=5)
-    res = perplexity(tiny_model, tiny_tok, DOCS, small_index, mixing=model, progress=False)
-    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    res = perplexity(tiny_model, tiny_tok, DOCS, mixing_index, mixing=model, progress=False)
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     logs = []
-    for text in DOCS:
-        doc = tiny_tok.encode(text)
-        seq = [tiny_tok.bos_token_id] + doc
-        with torch.no_grad():
-            lp_all = torch.log_softmax(tiny_model(torch.tensor([seq[:window]])).logits[0].double(), -1).numpy()
-        for t in range(1, len(seq)):
-            f = brute_features(ref, doc[: t - 1], lp_all[t - 1], tiny_tok.bos_token_id, small_index.separator_id)
-            lam = lam_of(model, f)
-            p = ref.infgram_prob(doc[: t - 1], doc[t - 1]).prob
-            logs.append(math.log(lam * p + (1 - lam) * math.exp(lp_all[t - 1][seq[t]])))
+    for ctx, y, lp in scored_positions(tiny_model, tiny_tok, DOCS, window):
+        lam = lam_of(model, brute_features(ref, ctx, lp, tiny_tok.bos_token_id, mixing_index.separator_id))
+        p = ref.infgram_prob(ctx, y).prob
+        logs.append(math.log(lam * p + (1 - lam) * math.exp(lp[y])))
     assert res.num_tokens == len(logs)
     assert res.perplexity == pytest.approx(math.exp(-np.mean(logs)), rel=1e-5)
     assert res.mixing is model and "learned" in res.summary()
     # the features follow the index in with_index (datastore ablations)
     # (not the agreement ones: they compare the model with the old index, and are dropped)
-    again = with_index(res.scores, tiny_tok, DOCS, small_index)
+    again = with_index(res.scores, tiny_tok, DOCS, mixing_index)
     assert again.neural_infgram_agreement is None and again.neural_logprob_infgram_top is None
     for name, v in res.scores.features().items():
         if name not in ("neural_infgram_agreement", "neural_logprob_infgram_top"):
             np.testing.assert_allclose(getattr(again, name), v, err_msg=name)
 
 
-def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_index, tmp_path):
+def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path):
     model = random_model(list(FEATURES), seed=6)
     path = tmp_path / "m.json"
     model.save(path)
-    proc = InfiniGramLogitsProcessor(small_index, tokenizer=tiny_tok, mixing=path)
-    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=path)
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
                tiny_tok.encode(SMALL_CORPUS[1][:40])]
     width = max(len(p) for p in prompts)
@@ -241,21 +226,21 @@ def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, small_in
     got = proc(ids, scores.clone()).double().numpy()
     logp = torch.log_softmax(scores.double(), -1).numpy()
     for r, p in enumerate(prompts):
-        f = brute_features(ref, p, logp[r].astype(np.float32).astype(np.float64), 0, small_index.separator_id)
+        f = brute_features(ref, p, logp[r].astype(np.float32).astype(np.float64), 0, mixing_index.separator_id)
         lam = lam_of(model, f)
         dist, _ = ref.infgram_ntd(p)
         total = sum(dist.values())
         p_inf = np.zeros(logp.shape[1])
         for t, c in dist.items():
-            p_inf[0 if t == small_index.separator_id else t] += c / total  # end-of-document -> EOS (id 0)
+            p_inf[0 if t == mixing_index.separator_id else t] += c / total  # end-of-document -> EOS (id 0)
         want = np.log((1 - lam) * np.exp(logp[r]) + lam * p_inf)
         np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-4)
         assert np.exp(got[r]).sum() == pytest.approx(1.0, abs=1e-4)
 
 
-def test_token_scores_record_every_feature(tiny_model, tiny_tok, small_index, tmp_path):
-    assert token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False).neural_infgram_agreement is None
-    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False, agreement=True)
+def test_token_scores_record_every_feature(tiny_model, tiny_tok, mixing_index, tmp_path):
+    assert token_scores(tiny_model, tiny_tok, DOCS, mixing_index, progress=False).neural_infgram_agreement is None
+    s = token_scores(tiny_model, tiny_tok, DOCS, mixing_index, progress=False, agreement=True)
     assert set(s.features()) == {"neural_entropy", "neural_top_logprob", "context_count", "num_distinct",
                                  "top_infgram_prob", "neural_infgram_agreement", "neural_logprob_infgram_top"}
     s.save(tmp_path / "s.npz")
@@ -279,9 +264,9 @@ def brute_agreement(ref: Reference, ctx: list, logp_row: np.ndarray, eos: int, s
     return math.log(agree), float(logp_row[model_id(top)])
 
 
-def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok, small_index):
-    s = token_scores(tiny_model, tiny_tok, DOCS, small_index, progress=False, agreement=True)
-    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok, mixing_index):
+    s = token_scores(tiny_model, tiny_tok, DOCS, mixing_index, progress=False, agreement=True)
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     want_a, want_t = [], []
     for text in DOCS:
         doc = tiny_tok.encode(text)
@@ -289,7 +274,7 @@ def test_token_scores_agreement_features_equal_brute_force(tiny_model, tiny_tok,
         with torch.no_grad():
             lp_all = torch.log_softmax(tiny_model(torch.tensor([seq])).logits[0].double(), -1).numpy()
         for t in range(1, len(seq)):
-            a, top = brute_agreement(ref, doc[: t - 1], lp_all[t - 1], tiny_tok.bos_token_id, small_index.separator_id)
+            a, top = brute_agreement(ref, doc[: t - 1], lp_all[t - 1], tiny_tok.bos_token_id, mixing_index.separator_id)
             want_a.append(a)
             want_t.append(top)
     np.testing.assert_allclose(s.neural_infgram_agreement, want_a, rtol=1e-5, atol=1e-5)

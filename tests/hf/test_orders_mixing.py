@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import Reference
-from hf_tiny import TEXTS, tiny_model, tiny_tok  # noqa: F401
+from hf_tiny import MIXING_CORPUS as SMALL_CORPUS, MIXING_DOCS as DOCS, TEXTS, mixing_index, scored_positions, tiny_model, tiny_tok  # noqa: F401
 from infinigram_hf import InfiniGramLogitsProcessor, MixingModel, fit_mixing
 from infinigram_hf.build import build_index
 from infinigram_hf.hf.perplexity import perplexity, token_scores, with_index
@@ -21,15 +21,6 @@ from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES, FEATURES, MixingFo
 from infinigram_hf.lm.mixture import TokenScores, interpolate
 from infinigram_hf.lm.orders import DEFAULT_LEVELS, check_levels, level_lengths, level_scores
 
-SMALL_CORPUS = [TEXTS[1][:3000], TEXTS[4][:1500]]
-DOCS = [TEXTS[1][500:620], "def heapify(x):\n    n = len(x)\n    return None\n", "zebra quux 42 !!"]
-
-
-@pytest.fixture(scope="module")
-def small_index(tiny_tok, tmp_path_factory):
-    index = build_index(SMALL_CORPUS, tmp_path_factory.mktemp("orders") / "ix", tokenizer=tiny_tok, progress=False)
-    yield index
-    index.close()
 
 
 def random_orders_model(features, levels, seed=0, hidden=(5,)) -> MixingModel:
@@ -104,36 +95,29 @@ def test_level_scores_equal_brute_force_counts(seed, tmp_path):
     index.close()
 
 
-def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, small_index):
+def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_index):
     model = random_orders_model(list(FEATURES)[:7], DEFAULT_LEVELS, seed=5)
-    res = perplexity(tiny_model, tiny_tok, DOCS, small_index, mixing=model, progress=False)
+    res = perplexity(tiny_model, tiny_tok, DOCS, mixing_index, mixing=model, progress=False)
     assert res.scores.level_names == DEFAULT_LEVELS
-    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     logs = []
-    for text in DOCS:
-        doc = tiny_tok.encode(text)
-        seq = [tiny_tok.bos_token_id] + doc
-        with torch.no_grad():
-            lp_all = torch.log_softmax(tiny_model(torch.tensor([seq])).logits[0].double(), -1).numpy()
-        for t in range(1, len(seq)):
-            ctx, y = doc[: t - 1], seq[t]
-            w, lev = brute_weights(model, ref, ctx, lp_all[t - 1])
-            comp = [math.exp(lp_all[t - 1][y]), ref.infgram_prob(ctx, y).prob] + \
-                [v[1].get(y, 0) / v[0] if v else 0.0 for v in lev]
-            logs.append(math.log(float(np.dot(w, comp))))
+    for ctx, y, lp in scored_positions(tiny_model, tiny_tok, DOCS):
+        w, lev = brute_weights(model, ref, ctx, lp)
+        comp = [math.exp(lp[y]), ref.infgram_prob(ctx, y).prob] + [v[1].get(y, 0) / v[0] if v else 0.0 for v in lev]
+        logs.append(math.log(float(np.dot(w, comp))))
     assert res.num_tokens == len(logs)
     assert res.perplexity == pytest.approx(math.exp(-np.mean(logs)), rel=1e-5)
     # with_index recomputes the levels from the index it is given
-    again = with_index(res.scores, tiny_tok, DOCS, small_index)
+    again = with_index(res.scores, tiny_tok, DOCS, mixing_index)
     np.testing.assert_allclose(again.level_prob, res.scores.level_prob)
     np.testing.assert_array_equal(again.level_count, res.scores.level_count)
 
 
-def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, small_index, tmp_path):
+def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path):
     model = random_orders_model(list(DEFAULT_FEATURES) + ["neural_entropy"], DEFAULT_LEVELS, seed=6)
     model.save(tmp_path / "m.json")
-    proc = InfiniGramLogitsProcessor(small_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
-    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], small_index.vocab_size)
+    proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
+    ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
                tiny_tok.encode(SMALL_CORPUS[1][:40]), tiny_tok.encode("x")]
     width = max(len(p) for p in prompts)
@@ -148,7 +132,7 @@ def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, small_in
         p = np.zeros(vocab)
         total = sum(dist.values())
         for t, c in dist.items():
-            p[0 if t == small_index.separator_id else t] += c / total
+            p[0 if t == mixing_index.separator_id else t] += c / total
         return p
 
     for r, p in enumerate(prompts):
@@ -165,14 +149,14 @@ def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, small_in
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_orders_mixture_is_a_proper_distribution(seed, tiny_tok, small_index):
+def test_orders_mixture_is_a_proper_distribution(seed, tiny_tok, mixing_index):
     """Whatever the weights, every processed row sums to 1 (random models, random contexts)."""
     rng = np.random.default_rng(seed)
     model = random_orders_model(list(DEFAULT_FEATURES), ("L-1", "1", "3"), seed=seed, hidden=(4, 3))
-    proc = InfiniGramLogitsProcessor(small_index, tokenizer=tiny_tok, mixing=model)
+    proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=model)
     text = tiny_tok.encode(SMALL_CORPUS[0])
     ids = torch.tensor(np.stack([text[s:s + 30] for s in rng.integers(0, len(text) - 30, size=6)]))
-    vocab = small_index.vocab_size + 12
+    vocab = mixing_index.vocab_size + 12
     out = proc(ids, torch.from_numpy(rng.normal(size=(6, vocab)) * 3).float())
     np.testing.assert_allclose(out.double().exp().sum(-1).numpy(), 1.0, atol=1e-5)
 
@@ -240,10 +224,10 @@ def test_orders_files_and_scores_round_trip(tmp_path):
                                 level_count=[[1.0, 2.0]])
 
 
-def test_token_scores_levels_are_opt_in(tiny_model, tiny_tok, small_index):
-    plain = token_scores(tiny_model, tiny_tok, DOCS[:1], small_index, progress=False)
+def test_token_scores_levels_are_opt_in(tiny_model, tiny_tok, mixing_index):
+    plain = token_scores(tiny_model, tiny_tok, DOCS[:1], mixing_index, progress=False)
     assert plain.level_names == () and plain.level_prob is None
     with pytest.raises(ValueError, match="lack the levels"):
         interpolate(plain, mixing=random_orders_model(["sparse"], ("1",)))
-    s = token_scores(tiny_model, tiny_tok, DOCS[:1], small_index, progress=False, levels=["1"])
+    s = token_scores(tiny_model, tiny_tok, DOCS[:1], mixing_index, progress=False, levels=["1"])
     assert s.level_names == ("1",) and s.level_prob.shape == (len(s), 1)
