@@ -13,6 +13,13 @@ ones it uses, in order, in its file.
 on the scores' device); fitting is `infinigram_hf.hf.fit_mixing.fit_mixing` (torch). A model is
 a small JSON file: format name, version, family, feature names, standardisation, weights.
 
+A model with `levels` mixes several orders instead (`infinigram_hf.lm.orders`): weights from a
+softmax over the model, the ∞-gram and the n-gram estimates of shorter suffixes,
+
+    P(y | x) = Σ_k w_k(x) · P_k(y | x),
+
+still from the context only, so still a proper distribution; its file is version 2.
+
 Example:
     >>> from infinigram_hf.lm.mixture import TokenScores
     >>> m = MixingModel.two_lambda(0.6, 0.2)          # the two-λ scheme as a mixing model

@@ -70,3 +70,19 @@ def test_metric_with_learned_mixing_matches_perplexity(metric, tiny_model, tiny_
     n = np.bincount(want.scores.doc_index)
     total = math.exp((n * np.log(out["perplexities"])).sum() / n.sum())
     assert total == pytest.approx(want.perplexity)
+
+
+def test_metric_with_several_orders_matches_perplexity(metric, tiny_model, tiny_tok, tiny_index, tmp_path):
+    """A model mixing several orders (levels) through the metric: perplexity(mixing=)'s numbers."""
+    import numpy as np
+
+    from infinigram_hf import MixingModel
+
+    rng = np.random.default_rng(0)
+    model = MixingModel("logistic", ("sparse", "log_effective_n"), np.zeros(4), np.ones(4),
+                        [(rng.normal(size=(4, 4)), rng.normal(size=4))], levels=("L-1", "1"))
+    model.save(tmp_path / "orders.json")
+    out = metric.compute(predictions=DOCS, model=tiny_model, index=tiny_index, tokenizer=tiny_tok, window=32,
+                         stride=16, mixing=str(tmp_path / "orders.json"))
+    want = perplexity(tiny_model, tiny_tok, DOCS, tiny_index, window=32, stride=16, mixing=model, progress=False)
+    assert out["perplexity"] == pytest.approx(want.perplexity) and out["levels"] == ["L-1", "1"]

@@ -50,7 +50,8 @@ Args:
         sliding window.
     lambda_sparse (float), lambda_dense (float): mixture weights.
     mixing (optional): a learned mixing model (`MixingModel`, or the path of its JSON file, from
-        `infinigram_hf.fit_mixing`) choosing λ per token; the two λs are then unused.
+        `infinigram_hf.fit_mixing`) choosing λ per token, or mixing several orders (a model fit
+        with `levels`); the two λs are then unused.
     batch_size (int, default 8): windows per forward pass.
     add_bos (bool, default True): condition each text's first token on BOS/EOS.
     device (str, optional): where to put a model loaded from a path (e.g. "cuda").
@@ -137,6 +138,7 @@ class InfinigramPerplexity(evaluate.Metric):
             "lambda_sparse": res.lambda_sparse,
             "lambda_dense": res.lambda_dense,
             "mixing": res.mixing.family if res.mixing is not None else "two_lambda",
+            **({"levels": list(res.mixing.levels)} if res.mixing is not None and res.mixing.levels else {}),
             "perplexities": per_doc,
             "neural_perplexities": per_doc_nn,
         }
