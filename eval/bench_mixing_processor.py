@@ -40,11 +40,6 @@ def mlp(features=tuple(FEATURES), hidden: int = 16, levels=()) -> MixingModel:
 
 
 def one_run(index, rows: np.ndarray, start: int, calls: int, mixing) -> float:
-    from infinigram_hf.hf import processor
-    sparse = isinstance(mixing, tuple)  # ("sparse", model): the several-orders mass mixed in sparsely
-    if sparse:
-        mixing = mixing[1]
-    processor._ORDERS_SPARSE = sparse
     proc = InfiniGramLogitsProcessor(index, 0.5, 0.3, mixing=mixing, eos_token_id=0)
     gen = torch.Generator().manual_seed(0)
     times = []
@@ -71,8 +66,7 @@ def main(argv=None) -> None:
     models = {"default features": mlp(DEFAULT_FEATURES),
               "default + log_agreement": mlp(tuple(DEFAULT_FEATURES) + ("log_agreement",)),
               f"all {len(FEATURES)} features": mlp(tuple(FEATURES)),
-              "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS),
-              "several orders, sparse mix": ("sparse", mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS))}
+              "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS)}
     if args.variants:
         models = {k: models[k] for k in args.variants}
     for b in args.batches:

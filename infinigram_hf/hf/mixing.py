@@ -203,17 +203,3 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
     z = model.logits(host_features(model.features, host, logp, entries))
     lam = 0.5 * (1.0 + np.tanh(0.5 * z))  # σ(z) without overflow
     return np.where(active, lam, 0.0)
-
-
-def mix_dense(logp: torch.Tensor, log_w_model: np.ndarray, mass: np.ndarray) -> torch.Tensor:
-    """log(w_model·p_nn + mass) for every (row, token), in place: `mass` (rows · vocab,) float64 is
-    the ∞-gram side's weighted probability summed over its components, log_w_model the model's
-    log-weight per row. Dense float32 passes over the rows (for a mixture of several orders, whose
-    components cover much of the vocabulary, they cost less than a gather and a scatter of the
-    entries). A row with weight 1 on the model and no mass is left exactly as it was; tokens
-    already at -inf (forbidden by an earlier processor) stay so."""
-    dev = logp.device
-    m = torch.from_numpy(mass.astype(np.float32)).to(dev, non_blocking=dev.type != "cpu").reshape(logp.shape)
-    shift = torch.from_numpy(np.asarray(log_w_model, dtype=np.float32)).to(dev)
-    mixed = torch.logaddexp(logp + shift.to(logp.dtype)[:, None], torch.log(m).to(logp.dtype))
-    return logp.copy_(torch.where(torch.isneginf(logp), logp, mixed))

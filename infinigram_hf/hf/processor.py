@@ -25,15 +25,10 @@ from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row
-from .mixing import (HOST_COLUMNS, DeviceMixing, host_features, learned_lambdas_host, mix_dense, mix_sparse,
-                     mix_sparse_learned)
+from .mixing import HOST_COLUMNS, DeviceMixing, host_features, learned_lambdas_host, mix_sparse, mix_sparse_learned
 from ..lm.learned_mixing import level_inputs
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
-
-# Mixing several orders: the ∞-gram side's mass mixed in at its non-zero entries (True) or densely
-# (False, the default); a switch for eval/bench_mixing_processor.py's comparison of the two.
-_ORDERS_SPARSE = False
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
     from transformers import LogitsProcessor as _Base
@@ -193,8 +188,8 @@ class InfiniGramLogitsProcessor(_Base):
         """Mix a model over several orders into logp: the longest match's distribution and each
         level's (the same rows' shorter suffixes, from the cache), weights from the mixing model
         on the host. The ∞-gram side's weighted mass is summed per (row, token) with one bincount
-        and mixed in densely (`mix_dense`; the levels' distributions cover much of the vocabulary:
-        eval/RESULTS.md has the sparse and dense variants' times)."""
+        and mixed in at its non-zero entries by `mix_sparse`, λ = 1 − the model's weight (faster
+        here than dense passes over the rows: eval/RESULTS.md, issue 20)."""
         n = len(rows_np)
         d, row_of, tok, cnt, total = self._p_inf(rows_np, width)
         host, active = self._host_columns(d, total, n)
@@ -216,11 +211,8 @@ class InfiniGramLogitsProcessor(_Base):
         keys = [row_of * width + tok] + [r * width + t for _, r, t, _ in parts]
         vals = [w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts]
         mass = np.bincount(np.concatenate(keys), weights=np.concatenate(vals), minlength=n * width)
-        if _ORDERS_SPARSE:
-            at = np.flatnonzero(mass)
-            return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
-        with np.errstate(divide="ignore"):
-            return mix_dense(logp, np.log(w[:, 0]), mass)
+        at = np.flatnonzero(mass)
+        return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
 
     def _host_columns(self, d: Any, total: np.ndarray, n: int):
         """The rows' HOST_COLUMNS features and which rows mix at all (an estimate, long enough)."""
