@@ -215,23 +215,33 @@ class InfiniGramLogitsProcessor(_Base):
         return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
 
     def _host_columns(self, d: Any, total: np.ndarray, n: int):
-        """The rows' HOST_COLUMNS features and which rows mix at all (an estimate, long enough)."""
-        width = np.diff(d.offsets)
-        top = np.zeros(n)
-        top_token = np.full(n, -1.0)
+        """The rows' HOST_COLUMNS features and which rows mix at all (an estimate, long enough).
+        Written for few rows (a decoding step at batch 1): plain slicing and column writes, not
+        np.diff / np.stack, whose wrappers cost more than the arithmetic here."""
+        offsets = d.offsets
+        width = offsets[1:] - offsets[:-1]
+        host = np.empty((n, len(HOST_COLUMNS)))
+        host[:, 0] = d.suffix_len
+        host[:, 0] += 1.0
+        host[:, 1] = d.sparse
+        host[:, 2] = d.total
+        host[:, 3] = width
+        host[:, 4] = 0.0
+        host[:, 5] = -1.0  # top_token: none
         has = width > 0
-        if has.any():  # the largest count of each non-empty row, over the distribution as the index gives it
-            top[has] = np.maximum.reduceat(d.counts.astype(np.float64), d.offsets[:-1][has]) / \
-                np.maximum(d.total[has].astype(np.float64), 1.0)
-        if has.any() and "neural_logprob_infgram_top" in self.mixing.features:  # (only when used: it costs)
-            # its token (the first of equal counts, in the index's token-id order), as the model's id
-            ids = d.token_ids[first_max_per_row(d.counts, d.offsets)[has]].astype(np.int64)
-            ids[ids == self.index.separator_id] = -1 if self.eos_token_id is None else self.eos_token_id
-            top_token[has] = ids
-        host = np.stack([d.suffix_len + 1.0, d.sparse.astype(np.float64), d.total.astype(np.float64),
-                         width.astype(np.float64), top, top_token], axis=1)
-        assert host.shape[1] == len(HOST_COLUMNS)
-        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0)
+        every = bool(width.min() > 0) if n else True
+        if len(d.counts):  # the largest count of each non-empty row, over the distribution as the index gives it
+            top = np.maximum.reduceat(d.counts, offsets[:-1] if every else offsets[:-1][has])
+            if every:
+                np.divide(top, np.maximum(host[:, 2], 1.0), out=host[:, 4])
+            else:
+                host[has, 4] = top / np.maximum(host[has, 2], 1.0)
+            if "neural_logprob_infgram_top" in self.mixing.features:  # (only when used: it costs)
+                # its token (the first of equal counts, in the index's token-id order), as the model's id
+                ids = d.token_ids[first_max_per_row(d.counts, offsets)[has]].astype(np.int64)
+                ids[ids == self.index.separator_id] = -1 if self.eos_token_id is None else self.eos_token_id
+                host[has, 5] = ids
+        active = (host[:, 0] >= self.min_effective_n) & (total > 0)
         return host, active
 
     def _learned_entries(self, d: Any, row_of: np.ndarray, tok: np.ndarray, cnt: np.ndarray, total: np.ndarray,
