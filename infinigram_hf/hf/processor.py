@@ -25,7 +25,7 @@ from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row
-from .mixing import HOST_COLUMNS, DeviceMixing, host_features, learned_lambdas_host, mix_sparse, mix_sparse_learned
+from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned
 from ..lm.learned_mixing import level_inputs
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -98,6 +98,7 @@ class InfiniGramLogitsProcessor(_Base):
             mixing = as_mixing(mixing)
         self.mixing = mixing
         self._device_mixing = DeviceMixing(mixing) if mixing is not None else None
+        self._host_mixing = HostMixing(mixing) if mixing is not None else None
         self.min_effective_n = int_arg("min_effective_n", min_effective_n, 1)
         if tokenizer is not None:
             check_tokenizer(index, tokenizer)
@@ -297,7 +298,7 @@ class InfiniGramLogitsProcessor(_Base):
             if not len(row_of):
                 pass
             elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
-                lam = learned_lambdas_host(self.mixing, host, active, logp, (row_of, tok, log_p_inf))
+                lam = self._host_mixing.lambdas(host, active, logp, (row_of, tok, log_p_inf))
                 with np.errstate(divide="ignore"):
                     mix_sparse(logp, row_of, tok, np.log(lam[row_of]) + log_p_inf, lam)
             else:  # λ where the scores are: no device-to-host copy

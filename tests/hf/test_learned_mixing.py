@@ -335,3 +335,25 @@ def test_saved_inside_an_index_directory(tiny_index, tmp_path):
     assert proc.mixing.features == model.features
     with pytest.raises(FileNotFoundError):
         MixingModel.load(tmp_path)  # a directory without one
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prepared_host_path_equals_the_general_one(seed):
+    """HostMixing (features gathered at once, standardisation folded into the first layer) gives
+    the λ of learned_lambdas_host, for models over the default features and over others."""
+    from infinigram_hf.hf.mixing import HostMixing, learned_lambdas_host
+    from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
+
+    rng = np.random.default_rng(seed)
+    n = 7
+    host = np.stack([rng.integers(0, 40, n), rng.random(n) < 0.5, rng.integers(0, 99, n), rng.integers(0, 9, n),
+                     rng.random(n), np.full(n, -1)], axis=1).astype(np.float64)
+    active = rng.random(n) < 0.8
+    logp = torch.log_softmax(torch.from_numpy(rng.normal(size=(n, 20))), dim=-1)
+    for features, hidden in ((DEFAULT_FEATURES, (5,)), (("log_context_count", "sparse"), (3, 2)),
+                             (("sparse", "neural_entropy"), (4,))):
+        model = random_model(list(features), seed, hidden)
+        want = learned_lambdas_host(model, host, active, logp)
+        prepared = HostMixing(model)
+        assert (prepared.plan is not None) == ("neural_entropy" not in features)
+        np.testing.assert_allclose(prepared.lambdas(host, active, logp), want, rtol=1e-12, atol=1e-14)
