@@ -189,6 +189,23 @@ def test_processor_over_remote_gives_the_same_tokens(remote_code, tiny_index, ti
     assert proc._rows.stats["extended"] > 0  # the remote steps sent states and tails, not whole contexts
 
 
+
+def test_processor_mixing_several_orders_over_remote_equals_in_process(remote_code, tiny_index, tiny_model,
+                                                                       tiny_tok) -> None:
+    """A learned model over several orders queries each row's shorter suffixes through the
+    remote cache too: the processor's output equals the in-process one."""
+    from infinigram_hf import InfiniGramLogitsProcessor, MixingModel
+
+    rng = np.random.default_rng(0)
+    model = MixingModel("logistic", ("sparse", "log_effective_n"), np.zeros(5), np.ones(5),
+                        [(rng.normal(size=(5, 5)), rng.normal(size=5))], levels=("L-1", "L/2", "1"))
+    enc = tiny_tok(["def wrap(text", "import heapq\n"], return_tensors="pt", padding=True)
+    scores = torch.from_numpy(rng.normal(size=(2, tiny_model.config.vocab_size))).float()
+    outs = [InfiniGramLogitsProcessor(ix, tokenizer=tiny_tok, mixing=model)(enc["input_ids"], scores.clone())
+            for ix in (tiny_index, remote_code)]
+    assert torch.allclose(outs[0], outs[1], rtol=0, atol=1e-6)
+
+
 def test_speculative_decoding_over_remote_gives_the_same_tokens(remote_code, tiny_index, tiny_model,
                                                                  tiny_tok) -> None:
     from infinigram_hf import speculative_generate
