@@ -25,7 +25,7 @@ from .._core.progress import progress_bar
 from ..lm.context import segments
 from ..lm.learned_mixing import AGREEMENT_FLOOR, first_max_per_row, uses_agreement
 from ..lm.mixture import PerplexityResult, TokenScores, interpolate
-from ..lm.orders import check_levels, level_scores
+from ..lm.orders import check_levels, gather_suffixes, level_scores
 from .._core.tokenization import check_tokenizer
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 from .._core.tokenization import encode_texts
@@ -179,12 +179,7 @@ def _suffix_distributions(index: InfiniGramIndex, seq: np.ndarray, suffix_len: n
     for lo in range(0, n, _NTD_ROWS):
         hi = min(n, lo + _NTD_ROWS)
         pos = np.arange(lo, hi)
-        lens = suffix_len[lo:hi].astype(np.int64)
-        starts = pos - lens
-        offs = np.zeros(len(pos) + 1, np.int64)
-        offs[1:] = np.cumsum(lens)
-        # every context seq[starts[i]:pos[i]] in one gather (no Python per position)
-        flat = np.asarray(seq)[np.repeat(starts - offs[:-1], lens) + np.arange(offs[-1])].astype(np.int64, copy=False)
+        flat, offs = gather_suffixes(seq, pos, suffix_len[lo:hi])
         d = index.infgram_ntd_batch(flat, offsets=offs, infinite=False)
         width = np.diff(d.offsets)
         distinct[lo:hi] = width

@@ -51,6 +51,16 @@ def level_lengths(levels: Sequence[str], suffix_len: np.ndarray) -> np.ndarray:
     return out
 
 
+def gather_suffixes(seq: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The contexts seq[pos[i] - lengths[i]:pos[i]] as one flat array and its offsets (the CSR
+    batch form of the index's batched queries), in one gather: no Python loop per position."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offs = np.zeros(len(pos) + 1, np.int64)
+    offs[1:] = np.cumsum(lengths)
+    flat = np.asarray(seq)[np.repeat(np.asarray(pos) - lengths - offs[:-1], lengths) + np.arange(offs[-1])]
+    return flat.astype(np.int64, copy=False), offs
+
+
 def level_scores(index: Any, seq: np.ndarray, suffix_len: np.ndarray, levels: Sequence[str]
                  ) -> tuple[np.ndarray, np.ndarray]:
     """For every position t of `seq` (context seq[:t], longest match suffix_len[t]): (P_m(seq[t]),
@@ -67,9 +77,7 @@ def level_scores(index: Any, seq: np.ndarray, suffix_len: np.ndarray, levels: Se
             pos, m = pos[m >= 0], m[m >= 0]
             if not len(pos):
                 continue
-            offs = np.zeros(len(pos) + 1, np.int64)
-            offs[1:] = np.cumsum(m)
-            flat = seq[np.repeat(pos - m - offs[:-1], m) + np.arange(offs[-1])]  # every suffix in one gather
+            flat, offs = gather_suffixes(seq, pos, m)
             r = index.infgram_prob_batch(flat, seq[pos], infinite=False, offsets=offs)
             c = r.prompt_counts.astype(np.float64)
             count[pos, j] = c
