@@ -160,23 +160,29 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     return logp
 
 
+# Features that are plain transforms of one host column: name -> (column, transform). The one
+# table both host paths read (host_features, and HostMixing's prepared plan).
+_HOST_ONLY = {"sparse": (1, None), "log_effective_n": (0, "log1"), "log_context_count": (2, "log1p"),
+              "log_num_distinct": (3, "log1p"), "top_infgram_prob": (4, None)}
+
+
+def _host_transform(x: np.ndarray, kind) -> np.ndarray:
+    if kind == "log1":
+        return np.log(np.maximum(x, 1.0))
+    if kind == "log1p":
+        return np.log1p(np.maximum(x, 0.0))
+    return x
+
+
 def host_features(names, host: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
     """(rows, len(names)) raw features in numpy, the host twin of `feature_columns`: the neural
     features are read off logp with one torch reduction each (a copy to the host when logp is on
     a device); entries = the rows' P_∞ as (row, token, ln P_∞) numpy arrays (for log_agreement)."""
-    cols = {c: host[:, i] for i, c in enumerate(HOST_COLUMNS)}
     x = np.empty((len(host), len(names)))
     for j, name in enumerate(names):
-        if name == "sparse":
-            x[:, j] = cols["sparse"]
-        elif name == "log_effective_n":
-            x[:, j] = np.log(np.maximum(cols["effective_n"], 1.0))
-        elif name == "log_context_count":
-            x[:, j] = np.log1p(np.maximum(cols["context_count"], 0.0))
-        elif name == "log_num_distinct":
-            x[:, j] = np.log1p(np.maximum(cols["num_distinct"], 0.0))
-        elif name == "top_infgram_prob":
-            x[:, j] = cols["top_infgram_prob"]
+        if name in _HOST_ONLY:
+            col, kind = _HOST_ONLY[name]
+            x[:, j] = _host_transform(host[:, col], kind)
         elif name == "neural_entropy":
             x[:, j] = neural_entropy(logp).double().cpu().numpy()
         elif name == "neural_top_prob":
@@ -189,7 +195,7 @@ def host_features(names, host: np.ndarray, logp: torch.Tensor, entries=None) -> 
             has = np.bincount(row_of, minlength=len(host)) > 0
             x[:, j] = np.where(has, np.log(np.maximum(mass, AGREEMENT_FLOOR)), 0.0)
         elif name == "neural_logprob_infgram_top":
-            tt = cols["top_token"].astype(np.int64)
+            tt = host[:, HOST_COLUMNS.index("top_token")].astype(np.int64)
             at = logp[torch.arange(len(host), device=logp.device),
                       torch.from_numpy(np.maximum(tt, 0)).to(logp.device)].double().cpu().numpy()
             x[:, j] = np.where(tt >= 0, np.maximum(at, LOG_FLOOR), 0.0)
@@ -205,11 +211,6 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
     return np.where(active, lam, 0.0)
 
 
-# Features that are plain transforms of one host column: (column, transform) -- see host_features.
-_HOST_ONLY = {"sparse": (1, None), "log_effective_n": (0, "log1"), "log_context_count": (2, "log1p"),
-              "log_num_distinct": (3, "log1p"), "top_infgram_prob": (4, None)}
-
-
 class HostMixing:
     """`learned_lambdas_host` for one model, prepared once: when every feature is a host column
     (the default features), λ of a batch is a dozen numpy operations -- the features gathered
@@ -222,21 +223,19 @@ class HostMixing:
         if all(f in _HOST_ONLY for f in model.features) and not model.levels:
             cols = np.array([_HOST_ONLY[f][0] for f in model.features])
             kinds = [_HOST_ONLY[f][1] for f in model.features]
-            log1 = np.array([k == "log1" for k in kinds])
-            log1p = np.array([k == "log1p" for k in kinds])
+            by_kind = [np.flatnonzero([k == kind for k in kinds]) for kind in ("log1", "log1p")]
             (w, b), rest = model.layers[0], model.layers[1:]
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
-            self.plan = (cols, np.flatnonzero(log1), np.flatnonzero(log1p), [(w, b - w @ model.mean)] + rest)
+            self.plan = (cols, by_kind, [(w, b - w @ model.mean)] + rest)
 
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
         if self.plan is None:
             return learned_lambdas_host(self.model, host, active, logp, entries)
-        cols, log1, log1p, layers = self.plan
+        cols, by_kind, layers = self.plan
         x = host[:, cols]
-        if len(log1):
-            x[:, log1] = np.log(np.maximum(x[:, log1], 1.0))
-        if len(log1p):
-            x[:, log1p] = np.log1p(np.maximum(x[:, log1p], 0.0))
+        for kind, at in zip(("log1", "log1p"), by_kind):
+            if len(at):
+                x[:, at] = _host_transform(x[:, at], kind)
         h = x
         for i, (w, b) in enumerate(layers):
             h = h @ w.T + b

@@ -24,9 +24,8 @@ from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
-from ..lm.learned_mixing import first_max_per_row
+from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
 from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned
-from ..lm.learned_mixing import level_inputs
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
@@ -139,21 +138,21 @@ class InfiniGramLogitsProcessor(_Base):
         return row[context_start(row, self.index.vocab_size, eos_token_id=self.eos_token_id,
                                  pad_token_id=self.pad_token_id):]
 
-    def _p_inf(self, rows_np: np.ndarray, width: int):
-        """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
-        stays neural). One batched, cached query for all rows."""
-        n = len(rows_np)
+    def _query(self, rows_np: np.ndarray, width: int):
+        """Every row's ∞-gram distribution, one batched, cached query: (d, row, token, count
+        entries, total per row); see `_entries`."""
         starts = self.context_starts(rows_np)
         if self._rows is not None:
             d = self._rows.ntd(rows_np, starts)
         else:
             d = self._cache.ntd_batch(rows_np, lengths=rows_np.shape[1] - starts, padding_side="left")
-        row_of, tok, cnt, total = self._entries(d, n, width)
         self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
-        if self.mixing is not None and self.mixing.levels:
-            return d, row_of, tok, cnt, total
-        if self.mixing is not None:
-            return self._learned_entries(d, row_of, tok, cnt, total, n)
+        return (d,) + self._entries(d, len(rows_np), width)
+
+    def _p_inf(self, rows_np: np.ndarray, width: int):
+        """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
+        stays neural), λ from the two weights."""
+        d, row_of, tok, cnt, total = self._query(rows_np, width)
         lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
         active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
         lam = np.where(active, lam, 0.0)
@@ -192,7 +191,7 @@ class InfiniGramLogitsProcessor(_Base):
         and mixed in at its non-zero entries by `mix_sparse`, λ = 1 − the model's weight (faster
         here than dense passes over the rows: eval/RESULTS.md, issue 20)."""
         n = len(rows_np)
-        d, row_of, tok, cnt, total = self._p_inf(rows_np, width)
+        d, row_of, tok, cnt, total = self._query(rows_np, width)
         host, active = self._host_columns(d, total, n)
         p_inf = cnt / np.maximum(total[row_of], 1.0)
         lengths = level_lengths(self.mixing.levels, d.suffix_len)
@@ -206,7 +205,8 @@ class InfiniGramLogitsProcessor(_Base):
             r, t, c, tot = self._entries(dl, len(sel), width)
             level_count[sel, j] = tot
             parts.append((j, sel[r], t, c / np.maximum(tot[r], 1.0)))
-        x = host_features(self.mixing.features, host, logp, (row_of, tok, np.log(np.maximum(p_inf, 1e-300))))
+        entries = (row_of, tok, np.log(np.maximum(p_inf, 1e-300))) if uses_agreement(self.mixing.features) else None
+        x = host_features(self.mixing.features, host, logp, entries)
         w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
                                             level_count > 0)
         keys = [row_of * width + tok] + [r * width + t for _, r, t, _ in parts]
@@ -245,11 +245,11 @@ class InfiniGramLogitsProcessor(_Base):
         active = (host[:, 0] >= self.min_effective_n) & (total > 0)
         return host, active
 
-    def _learned_entries(self, d: Any, row_of: np.ndarray, tok: np.ndarray, cnt: np.ndarray, total: np.ndarray,
-                         n: int):
+    def _learned_entries(self, rows_np: np.ndarray, width: int):
         """For learned mixing: (row, token, ln P_∞) entries, the rows' HOST_COLUMNS features and
         which rows mix (λ itself is computed on the scores' device)."""
-        host, active = self._host_columns(d, total, n)
+        d, row_of, tok, cnt, total = self._query(rows_np, width)
+        host, active = self._host_columns(d, total, len(rows_np))
         sel = active[row_of]
         row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
         return row_of, tok, np.log(cnt / total[row_of]), host, active
@@ -294,7 +294,7 @@ class InfiniGramLogitsProcessor(_Base):
         if self.mixing is not None and self.mixing.levels:
             return self._guard(rows_np, scores, self._mix_orders(rows_np, logp, width)).to(scores.dtype)
         if self.mixing is not None:
-            row_of, tok, log_p_inf, host, active = self._p_inf(rows_np, width)
+            row_of, tok, log_p_inf, host, active = self._learned_entries(rows_np, width)
             if not len(row_of):
                 pass
             elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
