@@ -41,7 +41,8 @@ def add_levels(scores, docs, index, levels=DEFAULT_LEVELS):
         probs.append(p[len(d) - k:])
         counts.append(c[len(d) - k:])
         start += k
-    return scores.with_levels(levels, np.concatenate(probs), np.concatenate(counts))
+    return scores.with_features(level_names=levels, level_prob=np.concatenate(probs),
+                                level_count=np.concatenate(counts))
 
 
 def contaminated_docs(test_docs, index) -> tuple[list, list]:

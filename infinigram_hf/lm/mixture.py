@@ -119,15 +119,10 @@ class TokenScores:
         return {k: getattr(self, k) for k in FEATURE_FIELDS if getattr(self, k) is not None}
 
     def with_features(self, **features: Any) -> "TokenScores":
-        """A copy with these optional features set (or replaced)."""
+        """A copy with these optional features set (or replaced); the levels too (level_names,
+        level_prob, level_count: see `infinigram_hf.lm.orders`)."""
         return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
-                                       self.doc_index, **self._levels(), **{**self.features(), **features})
-
-    def with_levels(self, level_names: Any, level_prob: Any, level_count: Any) -> "TokenScores":
-        """A copy holding these levels' columns (see `infinigram_hf.lm.orders`), replacing any."""
-        return TokenScores.from_arrays(self.neural_logprob, self.infgram_prob, self.sparse, self.effective_n,
-                                       self.doc_index, level_names=level_names, level_prob=level_prob,
-                                       level_count=level_count, **self.features())
+                                       self.doc_index, **{**self._levels(), **self.features(), **features})
 
     def _levels(self) -> dict:
         return dict(level_prob=self.level_prob, level_count=self.level_count, level_names=self.level_names) \
