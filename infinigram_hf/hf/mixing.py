@@ -11,6 +11,7 @@ import math
 import numpy as np
 import torch
 
+from .._core.native import check, err_buffer, ffi, lib, ptr
 from ..lm.learned_mixing import AGREEMENT_FLOOR
 
 
@@ -164,6 +165,10 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
 # table both host paths read (host_features, and HostMixing's prepared plan).
 _HOST_ONLY = {"sparse": (1, None), "log_effective_n": (0, "log1"), "log_context_count": (2, "log1p"),
               "log_num_distinct": (3, "log1p"), "top_infgram_prob": (4, None)}
+# ... and their codes in the C core's ig_mixing_lambdas (native/include/infinigram_mixing.h)
+_NATIVE_CODES = {"sparse": lib.IG_MIX_SPARSE, "log_effective_n": lib.IG_MIX_LOG_EFFECTIVE_N,
+                 "log_context_count": lib.IG_MIX_LOG_CONTEXT_COUNT, "log_num_distinct": lib.IG_MIX_LOG_NUM_DISTINCT,
+                 "top_infgram_prob": lib.IG_MIX_TOP_PROB}
 
 
 def _host_transform(x: np.ndarray, kind) -> np.ndarray:
@@ -214,8 +219,9 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
 class HostMixing:
     """`learned_lambdas_host` for one model, prepared once: when every feature is a host column
     (the default features), λ of a batch is a dozen numpy operations -- the features gathered
-    with one index, the standardisation folded into the first layer -- which at batch 1 is most
-    of the learned processor's cost over the two λs. Other models take the general path."""
+    with one index, the standardisation folded into the first layer -- or, from the rows'
+    distributions themselves, one C call (`native_lambdas`: at batch 1 the numpy dispatch was
+    most of the learned processor's cost over the two λs). Other models take the general path."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -227,6 +233,38 @@ class HostMixing:
             (w, b), rest = model.layers[0], model.layers[1:]
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
             self.plan = (cols, by_kind, [(w, b - w @ model.mean)] + rest)
+        self._net = self._native_net() if self.plan is not None else None
+
+    def _native_net(self):
+        """The prepared plan as the C core's ig_mixing_net (its arrays kept alive with it)."""
+        layers = self.plan[2]
+        codes = np.array([_NATIVE_CODES[f] for f in self.model.features], dtype=np.int32)
+        widths = np.array([len(codes)] + [w.shape[0] for w, _ in layers], dtype=np.int64)
+        params = np.concatenate([np.concatenate([w.reshape(-1), b]) for w, b in layers]).astype(np.float64)
+        net = ffi.new("ig_mixing_net *")
+        net.n_inputs, net.n_layers = len(codes), len(layers)
+        net.codes, net.widths, net.params = ptr(codes, "int32_t"), ptr(widths, "int64_t"), ptr(params, "double")
+        return net, (codes, widths, params)
+
+    def native_lambdas(self, d, active: np.ndarray):
+        """λ of the rows of next-token distributions `d` (BatchNextTokenDistributions; 0 where
+        not `active`) in one C call, equal to `lambdas` of their HOST_COLUMNS to rounding; None
+        when the model needs what the call does not compute (the model's distribution, levels)."""
+        if self._net is None:
+            return None
+        n = len(active)
+        out = np.empty(n)
+        # (the dtypes the call reads: no copy when they already are, as a local index's results)
+        arrays = [np.ascontiguousarray(a, dtype=t) for a, t in ((d.offsets, np.int64), (d.counts, np.uint64),
+                  (d.total, np.uint64), (d.suffix_len, np.int64), (d.sparse, bool), (active, bool))]
+        offsets, counts, total, suffix_len, sparse, active = arrays
+        if len(offsets) != n + 1 or len(total) != n or len(suffix_len) != n or len(sparse) != n:
+            raise ValueError(f"distributions of {len(total)} rows for {n} rows")
+        err = err_buffer()
+        check(lib.ig_mixing_lambdas(self._net[0], n, ptr(offsets, "int64_t"), ptr(counts, "uint64_t"), len(counts),
+                                    ptr(total, "uint64_t"), ptr(suffix_len, "int64_t"), ptr(sparse, "uint8_t"),
+                                    ptr(active, "uint8_t"), ptr(out, "double"), err, len(err)), err)
+        return out
 
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
         if self.plan is None:

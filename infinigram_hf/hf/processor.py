@@ -149,18 +149,31 @@ class InfiniGramLogitsProcessor(_Base):
         self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
         return (d,) + self._entries(d, len(rows_np), width)
 
-    def _p_inf(self, rows_np: np.ndarray, width: int):
+    def _p_inf(self, rows_np: np.ndarray, width: int, logp: torch.Tensor):
         """Sparse P_∞ of every row as (row, token, log(λ·P_∞)) entries plus λ per row (0 = the row
-        stays neural), λ from the two weights."""
+        stays neural): λ from the two weights, or from the learned mixing model on the host (one
+        C call for the ∞-gram features, `HostMixing.native_lambdas`; numpy for the others)."""
         d, row_of, tok, cnt, total = self._query(rows_np, width)
-        lam = np.where(d.sparse, self.lambda_sparse, self.lambda_dense)
-        active = (d.suffix_len + 1 >= self.min_effective_n) & (total > 0) & (lam > 0)
-        lam = np.where(active, lam, 0.0)
-        sel = active[row_of]
+        active = self._active(d, total)
+        if self.mixing is None:
+            lam = np.where(active, np.where(d.sparse, self.lambda_sparse, self.lambda_dense), 0.0)
+        else:
+            lam = self._host_mixing.native_lambdas(d, active)
+            if lam is None:
+                entries = None
+                if uses_agreement(self.mixing.features):
+                    entries = (row_of, tok, np.log(cnt / np.maximum(total[row_of], 1.0)))
+                lam = self._host_mixing.lambdas(self._host_columns(d, len(rows_np)), active, logp, entries)
+        sel = (lam > 0)[row_of]
         row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
         with np.errstate(divide="ignore"):
             logv = np.log(lam[row_of]) + np.log(cnt / total[row_of])
         return row_of, tok, logv, lam
+
+    def _active(self, d: Any, total: np.ndarray) -> np.ndarray:
+        """The rows that mix at all: an estimate (total after end-of-document handling), from a
+        context long enough for min_effective_n."""
+        return (d.suffix_len + 1 >= self.min_effective_n) & (total > 0)
 
     def _entries(self, d: Any, n: int, width: int):
         """(row, token, count) entries and the total per row of n rows' distributions `d`, with
@@ -192,7 +205,7 @@ class InfiniGramLogitsProcessor(_Base):
         here than dense passes over the rows: eval/RESULTS.md, issue 20)."""
         n = len(rows_np)
         d, row_of, tok, cnt, total = self._query(rows_np, width)
-        host, active = self._host_columns(d, total, n)
+        host, active = self._host_columns(d, n), self._active(d, total)
         p_inf = cnt / np.maximum(total[row_of], 1.0)
         lengths = level_lengths(self.mixing.levels, d.suffix_len)
         level_count = np.zeros(lengths.shape)
@@ -215,8 +228,8 @@ class InfiniGramLogitsProcessor(_Base):
         at = np.flatnonzero(mass)
         return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
 
-    def _host_columns(self, d: Any, total: np.ndarray, n: int):
-        """The rows' HOST_COLUMNS features and which rows mix at all (an estimate, long enough).
+    def _host_columns(self, d: Any, n: int) -> np.ndarray:
+        """The rows' HOST_COLUMNS features.
         Written for few rows (a decoding step at batch 1): plain slicing and column writes, not
         np.diff / np.stack, whose wrappers cost more than the arithmetic here."""
         offsets = d.offsets
@@ -242,14 +255,13 @@ class InfiniGramLogitsProcessor(_Base):
                 ids = d.token_ids[first_max_per_row(d.counts, offsets)[has]].astype(np.int64)
                 ids[ids == self.index.separator_id] = -1 if self.eos_token_id is None else self.eos_token_id
                 host[has, 5] = ids
-        active = (host[:, 0] >= self.min_effective_n) & (total > 0)
-        return host, active
+        return host
 
     def _learned_entries(self, rows_np: np.ndarray, width: int):
         """For learned mixing: (row, token, ln P_∞) entries, the rows' HOST_COLUMNS features and
         which rows mix (λ itself is computed on the scores' device)."""
         d, row_of, tok, cnt, total = self._query(rows_np, width)
-        host, active = self._host_columns(d, total, len(rows_np))
+        host, active = self._host_columns(d, len(rows_np)), self._active(d, total)
         sel = active[row_of]
         row_of, tok, cnt = row_of[sel], tok[sel], cnt[sel]
         return row_of, tok, np.log(cnt / total[row_of]), host, active
@@ -293,18 +305,12 @@ class InfiniGramLogitsProcessor(_Base):
         self._check_not_right_padded(rows_np)
         if self.mixing is not None and self.mixing.levels:
             return self._guard(rows_np, scores, self._mix_orders(rows_np, logp, width)).to(scores.dtype)
-        if self.mixing is not None:
+        if self.mixing is not None and logp.device.type != "cpu":  # λ where the scores are: no device-to-host copy
             row_of, tok, log_p_inf, host, active = self._learned_entries(rows_np, width)
-            if not len(row_of):
-                pass
-            elif logp.device.type == "cpu":  # the host is the scores' device: λ in numpy, then the two-λ kernel
-                lam = self._host_mixing.lambdas(host, active, logp, (row_of, tok, log_p_inf))
-                with np.errstate(divide="ignore"):
-                    mix_sparse(logp, row_of, tok, np.log(lam[row_of]) + log_p_inf, lam)
-            else:  # λ where the scores are: no device-to-host copy
+            if len(row_of):
                 mix_sparse_learned(logp, row_of, tok, log_p_inf, host, active, self._device_mixing)
             return self._guard(rows_np, scores, logp).to(scores.dtype)
-        row_of, tok, logv, lam = self._p_inf(rows_np, width)
+        row_of, tok, logv, lam = self._p_inf(rows_np, width, logp)
         if not len(row_of):
             return self._guard(rows_np, scores, logp).to(scores.dtype)
         # log((1-λ)·p_nn + λ·p_∞) at P_∞'s support only (a few entries, the full vocabulary only

@@ -20,6 +20,7 @@
  *   infinigram_lm.h      the standalone LM's hot loops   ig_lm_*, ig_diff_lm_*
  *   infinigram_trace.h   tracing texts to the corpus     ig_creativity_batch, ig_attribute_batch,
  *                        (creativity, attribution)       ig_locate_ranges, ig_doc_window
+ *   infinigram_mixing.h  learned mixing weights          ig_mixing_lambdas
  *
  * Next-token distributions have three doors: ig_ntd (one context, fixed n, caller buffers),
  * ig_ntd_batch_run (many queries, fixed n or ∞-gram) and ig_ntd_batch_states (many decoding
@@ -46,7 +47,7 @@ extern "C" {
 /* The version of this API: raised whenever a declaration or a constant of these headers
    changes, so that a program (the Python package included) can refuse a core built from other
    headers. ig_api_version() is the IG_API_VERSION the library was compiled with. */
-#define IG_API_VERSION 7
+#define IG_API_VERSION 8
 int ig_api_version(void);
 
 #define IG_OK 0
@@ -92,5 +93,6 @@ typedef struct {
 #include "infinigram_diff.h"
 #include "infinigram_lm.h"
 #include "infinigram_trace.h"
+#include "infinigram_mixing.h"
 
 #endif /* INFINIGRAM_H */

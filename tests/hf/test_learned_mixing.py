@@ -357,3 +357,66 @@ def test_prepared_host_path_equals_the_general_one(seed):
         prepared = HostMixing(model)
         assert (prepared.plan is not None) == ("neural_entropy" not in features)
         np.testing.assert_allclose(prepared.lambdas(host, active, logp), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_native_lambdas_equal_the_numpy_ones(seed):
+    """HostMixing.native_lambdas (one C call reading the rows' distributions) gives the λ of the
+    numpy path over HOST_COLUMNS written out here by brute force: empty rows, single-token rows,
+    inactive rows, one to three layers."""
+    from infinigram_hf.hf.mixing import HostMixing, learned_lambdas_host
+    from infinigram_hf.index.results import BatchNextTokenDistributions
+    from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
+
+    rng = np.random.default_rng(seed)
+    n = 9
+    width = rng.integers(0, 6, n)
+    width[0], width[1] = 0, 1
+    offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
+    counts = rng.integers(1, 50, offsets[-1]).astype(np.uint64)
+    total = np.array([counts[a:b].sum() for a, b in zip(offsets[:-1], offsets[1:])], dtype=np.uint64)
+    suffix_len = rng.integers(0, 30, n).astype(np.int64)
+    d = BatchNextTokenDistributions(offsets, np.arange(offsets[-1], dtype=np.uint32), counts, total, suffix_len,
+                                    width == 1, np.zeros(n, bool))
+    top = [counts[a:b].max() / max(int(t), 1) if b > a else 0.0 for a, b, t in zip(offsets[:-1], offsets[1:], total)]
+    host = np.stack([suffix_len + 1, width == 1, total, width, top, np.full(n, -1)], axis=1).astype(np.float64)
+    active = (rng.random(n) < 0.8) & (total > 0)
+    logp = torch.zeros(n, 4)
+    for features, hidden in ((DEFAULT_FEATURES, (5,)), (("top_infgram_prob", "sparse"), ()),
+                             (("log_num_distinct", "log_effective_n", "log_context_count"), (4, 3))):
+        model = random_model(list(features), seed, hidden)
+        lam = HostMixing(model).native_lambdas(d, active)
+        np.testing.assert_allclose(lam, learned_lambdas_host(model, host, active, logp), rtol=1e-12, atol=1e-14)
+        assert (lam[~active] == 0).all()
+    assert HostMixing(random_model(["sparse", "neural_entropy"], seed)).native_lambdas(d, active) is None
+
+
+def test_native_lambdas_refuse_malformed_input():
+    """Bad offsets or a net whose widths do not chain are refused by the C call (an error, never
+    a read out of bounds)."""
+    from infinigram_hf._core.native import err_buffer, ffi, lib, ptr
+    from infinigram_hf.hf.mixing import HostMixing
+    from infinigram_hf.index.results import BatchNextTokenDistributions
+
+    prepared = HostMixing(random_model(["sparse", "log_context_count"]))
+    one = np.ones(2, bool)
+    d = BatchNextTokenDistributions(np.array([0, 3, 2]), np.zeros(2, np.uint32), np.ones(2, np.uint64),
+                                    np.ones(2, np.uint64), np.zeros(2, np.int64), one, one)
+    with pytest.raises(ValueError, match="offsets decrease"):
+        prepared.native_lambdas(d, one)
+    past_end = BatchNextTokenDistributions(np.array([0, 1, 3]), *[getattr(d, f) for f in
+                                                                 ("token_ids", "counts", "total", "suffix_len", "sparse", "approximate")])
+    with pytest.raises(ValueError, match="offsets outside"):
+        prepared.native_lambdas(past_end, one)
+    net, (codes, widths, params) = prepared._net
+    bad_widths = widths.copy()
+    bad_widths[-1] = 2
+    other = ffi.new("ig_mixing_net *")
+    other.n_inputs, other.n_layers, other.codes, other.params = net.n_inputs, net.n_layers, net.codes, net.params
+    other.widths = ptr(bad_widths, "int64_t")
+    out, err = np.empty(1), err_buffer()
+    z = np.zeros(2, np.int64)
+    rc = lib.ig_mixing_lambdas(other, 1, ptr(z, "int64_t"), ffi.NULL, 0, ptr(z.view(np.uint64), "uint64_t"),
+                               ptr(z, "int64_t"), ptr(one.view(np.uint8), "uint8_t"), ptr(one.view(np.uint8), "uint8_t"),
+                               ptr(out, "double"), err, len(err))
+    assert rc == lib.IG_ERR_ARG and b"widths" in ffi.string(err)

@@ -1,0 +1,56 @@
+/* infinigram_mixing.h - learned mixing weights (issue 20): λ of every row of a batch of ∞-gram
+ * next-token distributions, from a small network over the row's ∞-gram features, in one call.
+ * (Part of infinigram.h: include that.)
+ *
+ * A decoding step at batch 1 spends more on dispatching a dozen tiny numpy operations (the
+ * features, then each layer) than on the arithmetic; this call does the same work in one pass.
+ * It computes exactly what the package's numpy path computes (infinigram_hf.hf.mixing.HostMixing):
+ *
+ *   feature of row i, by code (its distribution is counts[offsets[i] .. offsets[i+1])):
+ *     IG_MIX_SPARSE             sparse[i] (0 or 1)
+ *     IG_MIX_LOG_EFFECTIVE_N    ln(max(suffix_len[i] + 1, 1))
+ *     IG_MIX_LOG_CONTEXT_COUNT  ln(1 + total[i])
+ *     IG_MIX_LOG_NUM_DISTINCT   ln(1 + offsets[i+1] - offsets[i])
+ *     IG_MIX_TOP_PROB           max count / max(total[i], 1)  (0 for an empty row)
+ *   h_0 = the features; h_{l+1} = W_l h_l + b_l, tanh between layers (not after the last);
+ *   λ_i = σ(h_L) (one output) where active[i], else 0.
+ *
+ * Standardisation, if any, is folded into the first layer by the caller.
+ */
+#ifndef INFINIGRAM_MIXING_H
+#define INFINIGRAM_MIXING_H
+#ifndef INFINIGRAM_H
+#error "include infinigram.h, not its area headers"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IG_MIX_SPARSE 0
+#define IG_MIX_LOG_EFFECTIVE_N 1
+#define IG_MIX_LOG_CONTEXT_COUNT 2
+#define IG_MIX_LOG_NUM_DISTINCT 3
+#define IG_MIX_TOP_PROB 4
+
+typedef struct {
+    int64_t n_inputs;       /* features: codes[0 .. n_inputs), each an IG_MIX_* above */
+    const int32_t *codes;
+    int64_t n_layers;       /* >= 1 */
+    const int64_t *widths;  /* n_layers + 1 widths: widths[0] = n_inputs, widths[n_layers] = 1 */
+    const double *params;   /* layer by layer: its weight (out x in, row-major), then its bias (out) */
+} ig_mixing_net;
+
+/* λ of n rows into lambda_out[0 .. n). offsets: n + 1 non-decreasing entries within
+   [0, n_entries] (the rows' CSR offsets into counts); sparse and active: 0/1 per row.
+   IG_ERR_ARG for a malformed net or offsets (nothing written), IG_ERR_NOMEM. */
+int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
+                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len,
+                      const uint8_t *sparse, const uint8_t *active, double *lambda_out,
+                      char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFINIGRAM_MIXING_H */

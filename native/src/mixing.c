@@ -1,0 +1,88 @@
+/* mixing.c - learned mixing weights of a batch of rows (infinigram_mixing.h): the features and a
+   small tanh network, row by row, in one call (the numpy twin: infinigram_hf.hf.mixing.HostMixing). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+/* The net's shape is checked before anything is written: widths chain, the input codes are
+   known, the last layer has one output. Returns the widest layer (> 0) or IG_ERR_ARG. */
+static int64_t check_net(const ig_mixing_net *net, char *err, size_t errlen) {
+    if (!net || net->n_inputs < 1 || net->n_layers < 1 || !net->codes || !net->widths || !net->params)
+        return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: no inputs, no layers or a NULL array");
+    if (net->widths[0] != net->n_inputs || net->widths[net->n_layers] != 1)
+        return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: widths must start at n_inputs (%lld) and end at 1",
+                       (long long)net->n_inputs);
+    int64_t widest = 0;
+    for (int64_t l = 0; l <= net->n_layers; l++) {
+        if (net->widths[l] < 1 || net->widths[l] > (1 << 20))
+            return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: layer width %lld out of range",
+                           (long long)net->widths[l]);
+        if (net->widths[l] > widest) widest = net->widths[l];
+    }
+    for (int64_t j = 0; j < net->n_inputs; j++)
+        if (net->codes[j] < IG_MIX_SPARSE || net->codes[j] > IG_MIX_TOP_PROB)
+            return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: unknown feature code %d", (int)net->codes[j]);
+    return widest;
+}
+
+static double feature(int32_t code, int64_t lo, int64_t hi, const uint64_t *counts, uint64_t total,
+                      int64_t suffix_len, uint8_t sparse) {
+    switch (code) {
+    case IG_MIX_SPARSE: return sparse ? 1.0 : 0.0;
+    case IG_MIX_LOG_EFFECTIVE_N: return log(fmax((double)suffix_len + 1.0, 1.0));
+    case IG_MIX_LOG_CONTEXT_COUNT: return log1p((double)total);
+    case IG_MIX_LOG_NUM_DISTINCT: return log1p((double)(hi - lo));
+    default: { /* IG_MIX_TOP_PROB */
+        uint64_t top = 0;
+        for (int64_t k = lo; k < hi; k++)
+            if (counts[k] > top) top = counts[k];
+        return hi > lo ? (double)top / fmax((double)total, 1.0) : 0.0;
+    }
+    }
+}
+
+int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
+                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len,
+                      const uint8_t *sparse, const uint8_t *active, double *lambda_out,
+                      char *err, size_t errlen) {
+    int64_t widest = check_net(net, err, errlen);
+    if (widest < 0) return (int)widest;
+    if (n < 0 || n_entries < 0 || !offsets || !total || !suffix_len || !sparse || !active || !lambda_out ||
+        (n_entries > 0 && !counts))
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: a negative size or a NULL array");
+    if (offsets[0] < 0 || offsets[n] > n_entries)
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: offsets outside [0, %lld]", (long long)n_entries);
+    for (int64_t i = 0; i < n; i++)
+        if (offsets[i] > offsets[i + 1])
+            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: offsets decrease at row %lld", (long long)i);
+    double *a = malloc(2 * (size_t)widest * sizeof(double));
+    if (!a) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mixing_lambdas: out of memory");
+    double *b = a + widest;
+    for (int64_t i = 0; i < n; i++) {
+        if (!active[i]) {
+            lambda_out[i] = 0.0;
+            continue;
+        }
+        for (int64_t j = 0; j < net->n_inputs; j++)
+            a[j] = feature(net->codes[j], offsets[i], offsets[i + 1], counts, total[i], suffix_len[i], sparse[i]);
+        const double *p = net->params;
+        double *in = a, *out = b;
+        for (int64_t l = 0; l < net->n_layers; l++) {
+            int64_t w_in = net->widths[l], w_out = net->widths[l + 1];
+            const double *bias = p + w_out * w_in;
+            for (int64_t o = 0; o < w_out; o++) {
+                double s = bias[o];
+                for (int64_t k = 0; k < w_in; k++) s += p[o * w_in + k] * in[k];
+                out[o] = l < net->n_layers - 1 ? tanh(s) : s;
+            }
+            p = bias + w_out;
+            double *t = in;
+            in = out;
+            out = t;
+        }
+        lambda_out[i] = 0.5 + 0.5 * tanh(0.5 * in[0]); /* σ(z) without overflow */
+    }
+    free(a);
+    return IG_OK;
+}
