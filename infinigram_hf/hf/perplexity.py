@@ -112,12 +112,6 @@ _AGREEMENT_FEATURES = ("neural_infgram_agreement", "neural_logprob_infgram_top")
 _NTD_ROWS = 4096  # contexts per distribution batch (bounds the batch's entries)
 
 
-def neural_entropy(logp: Any) -> Any:
-    """Entropy (nats) of each row of log-probabilities (a torch tensor; -inf entries count 0)."""
-    import torch
-    return torch.special.entr(logp.exp()).sum(dim=-1)  # -p·ln p, 0 where p = 0: one pass over the row
-
-
 def infgram_features(index: InfiniGramIndex, ids: np.ndarray, *, distributions: bool = True,
                      entries: bool = False, levels: tuple = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """`infgram_scores` plus the ∞-gram context features of every position: the count of the
@@ -261,6 +255,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
     `infinigram_hf.lm.orders.DEFAULT_LEVELS`) adds the estimates of shorter suffixes that a model
     mixing several orders needs (level_prob, level_count)."""
     import torch  # only here: importing infinigram_hf stays torch-free
+    from .mixing import neural_entropy, neural_top_logprob
     levels = check_levels(levels) if levels else ()
     window, stride = default_window(model, window, stride)
     for name, v in (("window", window), ("stride", stride), ("batch_size", batch_size)):
@@ -340,7 +335,7 @@ def token_scores(model: Any, tokenizer: Any, data: Any, index: Any, *, window: O
                     neural[start:start + len(lp)] = lp
                     # context features of learned mixing (free: the rows are at hand)
                     entropy[start:start + len(lp)] = neural_entropy(rows).double().cpu().numpy()
-                    top[start:start + len(lp)] = rows.max(dim=-1).values.double().cpu().numpy()
+                    top[start:start + len(lp)] = neural_top_logprob(rows).double().cpu().numpy()
                     if entries:
                         lo = start - slots[w.doc]
                         a_, t_ = agreement_features(rows, entries[w.doc], lo, lo + len(lp))

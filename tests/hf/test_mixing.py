@@ -49,3 +49,20 @@ def test_mix_sparse_without_entries_only_shifts():
     lam = np.array([0.5, 0.0, 0.2])
     got = mix_sparse(logp.clone(), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), lam)
     torch.testing.assert_close(got, logp + torch.from_numpy(np.log1p(-lam)).float()[:, None])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_neural_entropy_and_top_with_masked_tokens(dtype):
+    """The neural features of rows with tokens masked to -inf (by an earlier processor): a masked
+    token adds 0 to the entropy (not nan), and a row with one token left has entropy 0."""
+    from infinigram_hf.hf.mixing import neural_entropy, neural_top_logprob
+
+    logits = torch.tensor([[1.0, 2.0, float("-inf"), 0.5], [float("-inf"), 3.0, float("-inf"), float("-inf")]],
+                          dtype=dtype)
+    logp = torch.log_softmax(logits, dim=-1)
+    p = torch.softmax(logits[0, [0, 1, 3]].double(), dim=-1)
+    want = float(-(p * p.log()).sum())
+    got = neural_entropy(logp)
+    assert torch.isfinite(got).all()
+    assert got[0].item() == pytest.approx(want, rel=1e-6) and got[1].item() == 0.0
+    assert neural_top_logprob(logp).tolist() == pytest.approx([float(p.max().log()), 0.0], abs=1e-6)
