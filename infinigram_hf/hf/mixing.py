@@ -19,10 +19,30 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
                lam: np.ndarray) -> torch.Tensor:
     """Mix in place into logp (batch, vocab) log-probabilities, float: every row shifted by
     log(1-λ_row) (λ = 0: unchanged), then logaddexp with log(λ·P_∞) at the entries
-    (row_of[k], tok[k]); tokens already at -inf (forbidden by an earlier processor) stay so."""
-    n, m = logp.shape[0], len(row_of)
+    (row_of[k], tok[k]); tokens already at -inf (forbidden by an earlier processor) stay so.
+    On the CPU (float32, contiguous: what the processor makes) one C call does it
+    (ig_mix_sparse_f32: torch's gather and scatter of the entries cost more than the
+    arithmetic); elsewhere torch ops on the scores' device (`_mix_sparse_torch`)."""
     with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
         shift = np.log1p(-np.asarray(lam, dtype=np.float64))
+    if logp.device.type == "cpu" and logp.dtype == torch.float32 and logp.is_contiguous() and logp.ndim == 2:
+        row_of = np.ascontiguousarray(row_of, dtype=np.int64)
+        tok = np.ascontiguousarray(tok, dtype=np.int64)
+        logv = np.ascontiguousarray(logv, dtype=np.float64)
+        if not len(row_of) == len(tok) == len(logv) or len(shift) != logp.shape[0]:
+            raise ValueError("mix_sparse: entries and rows of different lengths")
+        err = err_buffer()
+        check(lib.ig_mix_sparse_f32(ffi.cast("float *", logp.data_ptr()), logp.shape[0], logp.shape[1], len(row_of),
+                                    ptr(row_of, "int64_t"), ptr(tok, "int64_t"), ptr(logv, "double"),
+                                    ptr(shift, "double"), err, len(err)), err)
+        return logp
+    return _mix_sparse_torch(logp, row_of, tok, logv, shift)
+
+
+def _mix_sparse_torch(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
+                      shift: np.ndarray) -> torch.Tensor:
+    """`mix_sparse` in torch ops, shift = log(1-λ) per row."""
+    n, m = logp.shape[0], len(row_of)
     packed = np.empty(3 * m + n, dtype=np.int64)
     packed[:m] = row_of
     packed[m:2 * m] = tok

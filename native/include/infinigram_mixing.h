@@ -1,6 +1,9 @@
-/* infinigram_mixing.h - learned mixing weights (issue 20): λ of every row of a batch of ∞-gram
- * next-token distributions, from a small network over the row's ∞-gram features, in one call.
- * (Part of infinigram.h: include that.)
+/* infinigram_mixing.h - mixing the ∞-gram into a model's next-token log-probabilities on the CPU:
+ * learned mixing weights (issue 20) and the sparse mixture itself. (Part of infinigram.h: include
+ * that.)
+ *
+ * ig_mixing_lambdas: λ of every row of a batch of ∞-gram next-token distributions, from a small
+ * network over the row's ∞-gram features, in one call.
  *
  * A decoding step at batch 1 spends more on dispatching a dozen tiny numpy operations (the
  * features, then each layer) than on the arithmetic; this call does the same work in one pass.
@@ -48,6 +51,14 @@ int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offset
                       int64_t n_entries, const uint64_t *total, const int64_t *suffix_len,
                       const uint8_t *sparse, const uint8_t *active, double *lambda_out,
                       char *err, size_t errlen);
+
+/* The mixture log((1 - λ_r)·p + e^{logv_k}) in place in logp, n_rows rows of `width` float
+   log-probabilities (row-major): every row r is shifted by shift[r] = ln(1 - λ_r) (0: unchanged),
+   and entry k, at (row[k], tok[k]), becomes logaddexp(original + shift[row[k]], logv[k]); an entry
+   whose original value is -inf (a token forbidden before) stays -inf. The m entries name distinct
+   (row, token) pairs. IG_ERR_ARG (nothing written) for a row or token out of range, IG_ERR_NOMEM. */
+int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
+                      const int64_t *tok, const double *logv, const double *shift, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

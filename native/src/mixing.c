@@ -1,5 +1,7 @@
-/* mixing.c - learned mixing weights of a batch of rows (infinigram_mixing.h): the features and a
-   small tanh network, row by row, in one call (the numpy twin: infinigram_hf.hf.mixing.HostMixing). */
+/* mixing.c - the CPU side of mixing (infinigram_mixing.h): learned mixing weights of a batch of
+   rows (the features and a small tanh network, row by row, in one call; the numpy twin:
+   infinigram_hf.hf.mixing.HostMixing), and the sparse mixture into float32 log-probabilities
+   (the torch twin: infinigram_hf.hf.mixing.mix_sparse on other devices). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -84,5 +86,38 @@ int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offset
         lambda_out[i] = 0.5 + 0.5 * tanh(0.5 * in[0]); /* σ(z) without overflow */
     }
     free(a);
+    return IG_OK;
+}
+
+/* ln(e^a + e^b) without overflow; -inf + -inf stays -inf */
+static double log_add_exp(double a, double b) {
+    double hi = a > b ? a : b, lo = a > b ? b : a;
+    if (isinf(hi) && hi < 0) return hi;
+    return hi + log1p(exp(lo - hi));
+}
+
+int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
+                      const int64_t *tok, const double *logv, const double *shift, char *err, size_t errlen) {
+    if (n_rows < 0 || width < 0 || m < 0 || (n_rows > 0 && (!logp || !shift)) || (m > 0 && (!row || !tok || !logv)))
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sparse_f32: a negative size or a NULL array");
+    for (int64_t k = 0; k < m; k++)
+        if (row[k] < 0 || row[k] >= n_rows || tok[k] < 0 || tok[k] >= width)
+            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sparse_f32: entry %lld at (%lld, %lld) is outside the "
+                           "%lld x %lld rows", (long long)k, (long long)row[k], (long long)tok[k],
+                           (long long)n_rows, (long long)width);
+    /* the entries' mixed values first (they read the unshifted rows), then the shift, then the writes */
+    float *mixed = malloc((m > 0 ? (size_t)m : 1) * sizeof(float));
+    if (!mixed) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sparse_f32: out of memory");
+    for (int64_t k = 0; k < m; k++) {
+        float orig = logp[row[k] * width + tok[k]];
+        mixed[k] = isinf(orig) && orig < 0 ? orig : (float)log_add_exp((double)orig + shift[row[k]], logv[k]);
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (shift[r] == 0.0) continue;
+        float s = (float)shift[r], *p = logp + r * width;
+        for (int64_t j = 0; j < width; j++) p[j] += s;
+    }
+    for (int64_t k = 0; k < m; k++) logp[row[k] * width + tok[k]] = mixed[k];
+    free(mixed);
     return IG_OK;
 }

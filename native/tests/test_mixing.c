@@ -2,7 +2,10 @@
  *
  *  - λ of a one-layer and a two-layer net equals the formula written out here, feature by
  *    feature (an empty row, a single-token row, an inactive row);
- *  - malformed nets and offsets are refused with IG_ERR_ARG and a message, nothing written.
+ *  - malformed nets and offsets are refused with IG_ERR_ARG and a message, nothing written;
+ *  - ig_mix_sparse_f32 equals log((1 - λ)·p + v) written out per entry: a row left alone
+ *    (λ = 0), λ = 1, a forbidden (-inf) token kept forbidden; an entry out of range is refused
+ *    before anything is written.
  */
 #include <math.h>
 #include <string.h>
@@ -80,6 +83,36 @@ int main(void) {
     /* no rows: nothing to do */
     CHECK(ig_mixing_lambdas(&net2, 0, offsets, NULL, 0, total, suffix_len, sparse, all, lam, err, sizeof err) ==
               IG_OK, "no rows: %s", err);
+
+    /* the sparse mixture: two rows of four log-probabilities */
+    float logp[8];
+    const double probs[8] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.25, 0.25, 0.0};
+    for (int j = 0; j < 8; j++) logp[j] = (float)log(probs[j]); /* logp[7] = -inf: forbidden */
+    const int64_t row[] = {0, 0, 1, 1}, tok[] = {1, 3, 0, 3};
+    const double v[] = {0.05, 0.15, 0.6, 0.3};
+    double logv[4];
+    for (int k = 0; k < 4; k++) logv[k] = log(v[k]);
+    const double lam_rows[] = {0.4, 0.0};
+    double shift[2];
+    for (int r = 0; r < 2; r++) shift[r] = log1p(-lam_rows[r]);
+    CHECK(ig_mix_sparse_f32(logp, 2, 4, 4, row, tok, logv, shift, err, sizeof err) == IG_OK, "%s", err);
+    double want[8];
+    for (int j = 0; j < 8; j++) want[j] = (1.0 - lam_rows[j / 4]) * probs[j];
+    for (int k = 0; k < 3; k++) want[row[k] * 4 + tok[k]] += v[k]; /* (entry 3 lands on the forbidden token) */
+    for (int j = 0; j < 7; j++)
+        CHECK(fabs(exp(logp[j]) - want[j]) < 1e-6, "mixed entry %d: %g vs %g", j, exp(logp[j]), want[j]);
+    CHECK(isinf(logp[7]) && logp[7] < 0, "a forbidden token stays -inf, got %g", logp[7]);
+    float one[2] = {(float)log(0.5), (float)log(0.5)};
+    const int64_t r0[] = {0}, t1[] = {1};
+    const double lv[] = {0.0}, all_in[] = {-INFINITY}; /* λ = 1: only the ∞-gram's mass is left */
+    CHECK(ig_mix_sparse_f32(one, 1, 2, 1, r0, t1, lv, all_in, err, sizeof err) == IG_OK, "%s", err);
+    CHECK(isinf(one[0]) && one[0] < 0 && one[1] == 0.0f, "λ = 1: %g %g", one[0], one[1]);
+    float keep[2] = {-1.0f, -2.0f};
+    const int64_t bad_row[] = {1}, bad_tok[] = {2};
+    CHECK(ig_mix_sparse_f32(keep, 1, 2, 1, bad_row, t1, lv, shift, err, sizeof err) == IG_ERR_ARG &&
+              strstr(err, "outside") && keep[0] == -1.0f, "a row out of range: %s", err);
+    CHECK(ig_mix_sparse_f32(keep, 1, 2, 1, r0, bad_tok, lv, shift, err, sizeof err) == IG_ERR_ARG &&
+              keep[1] == -2.0f, "a token out of range: %s", err);
 
     printf("test_mixing: %d checks, %d failures\n", checks, failures);
     return failures != 0;

@@ -1,6 +1,7 @@
 """mix_sparse (the processor's mixture, infinigram_hf/hf/mixing.py) against a dense float64
 computation of log((1-λ)·softmax + λ·P_∞): rows with λ = 0 (untouched), λ = 1, entries on
-forbidden (-inf) tokens, and a batch without entries."""
+forbidden (-inf) tokens, and a batch without entries; both of its paths (the C call for float32
+CPU rows, torch ops for the others)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,13 +11,14 @@ import torch
 from infinigram_hf.hf.mixing import mix_sparse
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # the C path, the torch path
 @pytest.mark.parametrize("seed", range(5))
-def test_mix_sparse_matches_dense_mixture(seed):
+def test_mix_sparse_matches_dense_mixture(seed, dtype):
     rng = np.random.default_rng(seed)
     n, v = 7, 50
     scores = rng.normal(size=(n, v)) * 3
     scores[0, 3] = -np.inf  # forbidden by an earlier processor
-    logp = torch.log_softmax(torch.from_numpy(scores).float(), dim=-1)
+    logp = torch.log_softmax(torch.from_numpy(scores).to(dtype), dim=-1)
     lam = rng.choice([0.0, 0.3, 0.9, 1.0], size=n)
     p_inf = np.zeros((n, v))
     rows, toks = [], []
@@ -41,14 +43,38 @@ def test_mix_sparse_matches_dense_mixture(seed):
     fin = ~np.isneginf(want)
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
     untouched = lam == 0
-    assert torch.equal(torch.from_numpy(got[untouched]).float(), logp[torch.from_numpy(untouched)])
+    assert torch.equal(torch.from_numpy(got[untouched]).to(dtype), logp[torch.from_numpy(untouched)])
 
 
-def test_mix_sparse_without_entries_only_shifts():
-    logp = torch.log_softmax(torch.randn(3, 10, generator=torch.Generator().manual_seed(1)), dim=-1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mix_sparse_without_entries_only_shifts(dtype):
+    logp = torch.log_softmax(torch.randn(3, 10, generator=torch.Generator().manual_seed(1), dtype=dtype), dim=-1)
     lam = np.array([0.5, 0.0, 0.2])
     got = mix_sparse(logp.clone(), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), lam)
-    torch.testing.assert_close(got, logp + torch.from_numpy(np.log1p(-lam)).float()[:, None])
+    torch.testing.assert_close(got, logp + torch.from_numpy(np.log1p(-lam)).to(dtype)[:, None])
+
+
+def test_mix_sparse_c_and_torch_paths_agree_and_bad_entries_are_refused():
+    """The C path equals the torch one on the same float32 rows (to float32 rounding), and an
+    entry outside the rows is refused before anything is written."""
+    from infinigram_hf.hf.mixing import _mix_sparse_torch
+
+    rng = np.random.default_rng(3)
+    logp = torch.log_softmax(torch.from_numpy(rng.normal(size=(4, 300)) * 4).float(), dim=-1)
+    row_of = np.repeat(np.arange(4), 50)
+    tok = np.concatenate([rng.choice(300, 50, replace=False) for _ in range(4)])
+    logv = np.log(rng.random(200) * 0.01)
+    lam = np.array([0.3, 0.0, 1.0, 0.75])
+    with np.errstate(divide="ignore"):
+        shift = np.log1p(-lam)
+    torch.testing.assert_close(mix_sparse(logp.clone(), row_of, tok, logv, lam),
+                               _mix_sparse_torch(logp.clone(), row_of, tok, logv, shift), rtol=1e-6, atol=1e-6)
+    before = logp.clone()
+    with pytest.raises(ValueError, match="outside"):
+        mix_sparse(logp, np.array([0, 4]), np.array([1, 2]), np.zeros(2), lam)
+    with pytest.raises(ValueError, match="outside"):
+        mix_sparse(logp, np.array([0]), np.array([300]), np.zeros(1), lam)
+    assert torch.equal(logp, before)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
