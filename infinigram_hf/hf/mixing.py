@@ -39,6 +39,28 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
     return _mix_sparse_torch(logp, row_of, tok, logv, shift)
 
 
+def mix_sum(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, val: np.ndarray,
+            w_model: np.ndarray) -> torch.Tensor:
+    """Mix several components in place into logp (batch, vocab) log-probabilities, float: cell
+    (r, t) becomes log(w_model[r]·p_nn + Σ val over the entries at (r, t)) -- entries may repeat a
+    cell, one per component, and their masses add up; -inf stays -inf. val: the components'
+    weighted probabilities. One C call on the CPU (ig_mix_sum_f32); elsewhere the masses are summed
+    per cell (bincount) and mixed in with `mix_sparse`, λ = 1 − w_model."""
+    n, width = logp.shape
+    if logp.device.type == "cpu" and logp.dtype == torch.float32 and logp.is_contiguous():
+        row_of, tok, val, w_model = (np.ascontiguousarray(a, dtype=t) for a, t in (
+            (row_of, np.int64), (tok, np.int64), (val, np.float64), (w_model, np.float64)))
+        if not len(row_of) == len(tok) == len(val) or len(w_model) != n:
+            raise ValueError("mix_sum: entries and rows of different lengths")
+        err = err_buffer()
+        check(lib.ig_mix_sum_f32(ffi.cast("float *", logp.data_ptr()), n, width, len(row_of), ptr(row_of, "int64_t"),
+                                 ptr(tok, "int64_t"), ptr(val, "double"), ptr(w_model, "double"), err, len(err)), err)
+        return logp
+    mass = np.bincount(np.asarray(row_of) * width + np.asarray(tok), weights=val, minlength=n * width)
+    at = np.flatnonzero(mass)
+    return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - np.asarray(w_model, dtype=np.float64))
+
+
 def _mix_sparse_torch(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
                       shift: np.ndarray) -> torch.Tensor:
     """`mix_sparse` in torch ops, shift = log(1-λ) per row."""

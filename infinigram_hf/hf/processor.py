@@ -25,7 +25,7 @@ from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
-from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned
+from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_sum
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
@@ -200,9 +200,8 @@ class InfiniGramLogitsProcessor(_Base):
     def _mix_orders(self, rows_np: np.ndarray, logp: torch.Tensor, width: int) -> torch.Tensor:
         """Mix a model over several orders into logp: the longest match's distribution and each
         level's (the same rows' shorter suffixes, from the cache), weights from the mixing model
-        on the host. The ∞-gram side's weighted mass is summed per (row, token) with one bincount
-        and mixed in at its non-zero entries by `mix_sparse`, λ = 1 − the model's weight (faster
-        here than dense passes over the rows: eval/RESULTS.md, issue 20)."""
+        on the host. Every component's weighted entries go to `mix_sum`, which adds them up per
+        (row, token) and mixes them with the model's share (one C call on the CPU)."""
         n = len(rows_np)
         d, row_of, tok, cnt, total = self._query(rows_np, width)
         host, active = self._host_columns(d, n), self._active(d, total)
@@ -222,11 +221,10 @@ class InfiniGramLogitsProcessor(_Base):
         x = host_features(self.mixing.features, host, logp, entries)
         w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
                                             level_count > 0)
-        keys = [row_of * width + tok] + [r * width + t for _, r, t, _ in parts]
-        vals = [w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts]
-        mass = np.bincount(np.concatenate(keys), weights=np.concatenate(vals), minlength=n * width)
-        at = np.flatnonzero(mass)
-        return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w[:, 0]) if len(at) else logp
+        rows = np.concatenate([row_of] + [r for _, r, _, _ in parts])
+        toks = np.concatenate([tok] + [t for _, _, t, _ in parts])
+        vals = np.concatenate([w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts])
+        return mix_sum(logp, rows, toks, vals, w[:, 0])
 
     def _host_columns(self, d: Any, n: int) -> np.ndarray:
         """The rows' HOST_COLUMNS features.

@@ -60,6 +60,14 @@ int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offset
 int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                       const int64_t *tok, const double *logv, const double *shift, char *err, size_t errlen);
 
+/* A mixture of several components in place in logp (n_rows rows of `width` floats): cell (r, t)
+   becomes log(w_model[r]·e^{logp[r, t]} + Σ val[k] over the entries k at (r, t)) -- entries may
+   repeat a cell (one per component: their masses add up) -- and stays -inf where it was -inf.
+   val are probability masses (already weighted), w_model in [0, 1]. IG_ERR_ARG (nothing
+   written) for an entry out of range or a negative mass, IG_ERR_NOMEM. */
+int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
+                   const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -121,3 +121,30 @@ int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, con
     free(mixed);
     return IG_OK;
 }
+
+int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
+                   const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen) {
+    if (n_rows < 0 || width < 0 || m < 0 || (n_rows > 0 && (!logp || !w_model)) || (m > 0 && (!row || !tok || !val)))
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sum_f32: a negative size or a NULL array");
+    for (int64_t k = 0; k < m; k++)
+        if (row[k] < 0 || row[k] >= n_rows || tok[k] < 0 || tok[k] >= width || !(val[k] >= 0.0))
+            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sum_f32: entry %lld at (%lld, %lld) is outside the "
+                           "%lld x %lld rows or has a negative mass", (long long)k, (long long)row[k],
+                           (long long)tok[k], (long long)n_rows, (long long)width);
+    /* the entries' masses summed per cell, then one pass over the rows */
+    double *mass = calloc(n_rows * width > 0 ? (size_t)(n_rows * width) : 1, sizeof(double));
+    if (!mass) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sum_f32: out of memory");
+    for (int64_t k = 0; k < m; k++) mass[row[k] * width + tok[k]] += val[k];
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *p = logp + r * width;
+        const double *a = mass + r * width, w = w_model[r];
+        if (w == 1.0 && m == 0) continue;
+        float shift = (float)log(w);
+        for (int64_t j = 0; j < width; j++) {
+            if (isinf(p[j]) && p[j] < 0) continue;
+            p[j] = a[j] > 0.0 ? (float)log(w * exp((double)p[j]) + a[j]) : p[j] + shift;
+        }
+    }
+    free(mass);
+    return IG_OK;
+}

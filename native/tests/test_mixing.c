@@ -5,7 +5,9 @@
  *  - malformed nets and offsets are refused with IG_ERR_ARG and a message, nothing written;
  *  - ig_mix_sparse_f32 equals log((1 - λ)·p + v) written out per entry: a row left alone
  *    (λ = 0), λ = 1, a forbidden (-inf) token kept forbidden; an entry out of range is refused
- *    before anything is written.
+ *    before anything is written;
+ *  - ig_mix_sum_f32 adds the masses of entries that repeat a cell, mixes them with the model's
+ *    weight, keeps -inf, and refuses entries out of range or with a negative mass.
  */
 #include <math.h>
 #include <string.h>
@@ -113,6 +115,24 @@ int main(void) {
               strstr(err, "outside") && keep[0] == -1.0f, "a row out of range: %s", err);
     CHECK(ig_mix_sparse_f32(keep, 1, 2, 1, r0, bad_tok, lv, shift, err, sizeof err) == IG_ERR_ARG &&
               keep[1] == -2.0f, "a token out of range: %s", err);
+
+    /* several components: cell (0, 1) gets two masses, row 1 keeps the model alone (weight 1) */
+    const double base[6] = {0.5, 0.3, 0.2, 0.0, 0.6, 0.4};
+    float lp[6];
+    for (int j = 0; j < 6; j++) lp[j] = (float)log(base[j]); /* lp[3] = -inf */
+    const int64_t srow[] = {0, 0, 0, 1}, stok[] = {1, 1, 2, 0};
+    const double sval[] = {0.1, 0.2, 0.05, 0.0}, wm[] = {0.5, 1.0};
+    CHECK(ig_mix_sum_f32(lp, 2, 3, 4, srow, stok, sval, wm, err, sizeof err) == IG_OK, "%s", err);
+    const double swant[6] = {0.25, 0.15 + 0.3, 0.1 + 0.05, 0.0, 0.6, 0.4};
+    for (int j = 0; j < 6; j++)
+        if (j != 3) CHECK(fabs(exp(lp[j]) - swant[j]) < 1e-6, "summed cell %d: %g vs %g", j, exp(lp[j]), swant[j]);
+    CHECK(isinf(lp[3]) && lp[3] < 0, "-inf stays -inf, got %g", lp[3]);
+    const double neg[] = {-0.5};
+    float lp2[2] = {-1.0f, -1.0f};
+    CHECK(ig_mix_sum_f32(lp2, 1, 2, 1, r0, t1, neg, wm, err, sizeof err) == IG_ERR_ARG && lp2[1] == -1.0f,
+          "a negative mass: %s", err);
+    CHECK(ig_mix_sum_f32(lp2, 1, 2, 1, r0, bad_tok, sval, wm, err, sizeof err) == IG_ERR_ARG && lp2[0] == -1.0f,
+          "a token out of range: %s", err);
 
     printf("test_mixing: %d checks, %d failures\n", checks, failures);
     return failures != 0;

@@ -92,3 +92,47 @@ def test_neural_entropy_and_top_with_masked_tokens(dtype):
     assert torch.isfinite(got).all()
     assert got[0].item() == pytest.approx(want, rel=1e-6) and got[1].item() == 0.0
     assert neural_top_logprob(logp).tolist() == pytest.approx([float(p.max().log()), 0.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])  # the C path, bincount + mix_sparse
+def test_mix_sum_adds_repeated_cells_and_matches_dense_mixture(dtype):
+    """mix_sum (the several-orders mixture) against a dense float64 log(w·p_nn + Σ masses): entries
+    repeating a cell add up, a row with the model's weight 1 and no entries stays as it was,
+    weight 0 leaves only the components' mass, a forbidden token stays -inf; bad entries are
+    refused before anything is written."""
+    from infinigram_hf.hf.mixing import mix_sum
+
+    rng = np.random.default_rng(5)
+    n, v = 5, 40
+    scores = rng.normal(size=(n, v)) * 3
+    scores[1, 7] = -np.inf
+    logp = torch.log_softmax(torch.from_numpy(scores).to(dtype), dim=-1)
+    w_model = np.array([0.6, 0.3, 1.0, 0.0, 0.9])
+    rows, toks, vals = [], [], []
+    for r in (0, 1, 3, 4):
+        for comp in range(3):  # three components over overlapping supports
+            support = rng.choice(12, size=4, replace=False)
+            rows += [r] * 4
+            toks += support.tolist()
+            vals += (rng.random(4) * (1 - w_model[r]) / 12).tolist()
+    rows += [1]
+    toks += [7]
+    vals += [0.01]
+    rows, toks, vals = np.array(rows), np.array(toks), np.array(vals)
+    mass = np.zeros((n, v))
+    np.add.at(mass, (rows, toks), vals)
+    got = mix_sum(logp.clone(), rows, toks, vals, w_model).double().numpy()
+    with np.errstate(divide="ignore"):
+        want = np.log(w_model[:, None] * np.exp(logp.double().numpy()) + mass)
+    want[1, 7] = -np.inf
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+    fin = ~np.isneginf(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch.from_numpy(got[2]).to(dtype), logp[2])
+    if dtype == torch.float32:
+        before = logp.clone()
+        with pytest.raises(ValueError, match="outside"):
+            mix_sum(logp, np.array([0, 5]), np.array([1, 2]), np.ones(2) * 0.1, w_model)
+        with pytest.raises(ValueError, match="negative"):
+            mix_sum(logp, np.array([0]), np.array([1]), np.array([-0.1]), w_model)
+        assert torch.equal(logp, before)
