@@ -139,10 +139,13 @@ int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const 
         float *p = logp + r * width;
         const double *a = mass + r * width, w = w_model[r];
         if (w == 1.0 && m == 0) continue;
-        float shift = (float)log(w);
+        float shift = (float)log(w), wf = (float)w;
+        /* single precision in the loop: the rows are float32, and expf/logf cost half of exp/log
+           where a short suffix brings thousands of entries per row (1.5 vs 2.7 ms per batch-8
+           step of a several-orders model, measured on recorded steps) */
         for (int64_t j = 0; j < width; j++) {
             if (isinf(p[j]) && p[j] < 0) continue;
-            p[j] = a[j] > 0.0 ? (float)log(w * exp((double)p[j]) + a[j]) : p[j] + shift;
+            p[j] = a[j] > 0.0 ? logf(wf * expf(p[j]) + (float)a[j]) : p[j] + shift;
         }
     }
     free(mass);
