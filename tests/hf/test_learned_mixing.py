@@ -212,11 +212,15 @@ def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_
             np.testing.assert_allclose(getattr(again, name), v, err_msg=name)
 
 
-def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path):
-    model = random_model(list(FEATURES), seed=6)
+@pytest.mark.parametrize("features", ["all", "default"])  # numpy features; the C call (ig_mixing_lambdas)
+def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path, features):
+    from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
+
+    model = random_model(list(FEATURES if features == "all" else DEFAULT_FEATURES), seed=6)
     path = tmp_path / "m.json"
     model.save(path)
     proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=path)
+    assert (proc._host_mixing._net is not None) == (features == "default")
     ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
                tiny_tok.encode(SMALL_CORPUS[1][:40])]
