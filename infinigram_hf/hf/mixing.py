@@ -25,18 +25,14 @@ def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np
     arithmetic); elsewhere torch ops on the scores' device (`_mix_sparse_torch`)."""
     with np.errstate(divide="ignore"):  # λ = 1: the neural part vanishes
         shift = np.log1p(-np.asarray(lam, dtype=np.float64))
-    if logp.device.type == "cpu" and logp.dtype == torch.float32 and logp.is_contiguous() and logp.ndim == 2:
-        row_of = np.ascontiguousarray(row_of, dtype=np.int64)
-        tok = np.ascontiguousarray(tok, dtype=np.int64)
-        logv = np.ascontiguousarray(logv, dtype=np.float64)
-        if not len(row_of) == len(tok) == len(logv) or len(shift) != logp.shape[0]:
-            raise ValueError("mix_sparse: entries and rows of different lengths")
-        err = err_buffer()
-        check(lib.ig_mix_sparse_f32(ffi.cast("float *", logp.data_ptr()), logp.shape[0], logp.shape[1], len(row_of),
-                                    ptr(row_of, "int64_t"), ptr(tok, "int64_t"), ptr(logv, "double"),
-                                    ptr(shift, "double"), err, len(err)), err)
-        return logp
-    return _mix_sparse_torch(logp, row_of, tok, logv, shift)
+    rows = _c_rows(logp)
+    if rows is None:
+        return _mix_sparse_torch(logp, row_of, tok, logv, shift)
+    row_of, tok, logv = _c_entries("mix_sparse", logp, row_of, tok, logv, shift)
+    err = err_buffer()
+    check(lib.ig_mix_sparse_f32(rows, logp.shape[0], logp.shape[1], len(row_of), ptr(row_of, "int64_t"),
+                                ptr(tok, "int64_t"), ptr(logv, "double"), ptr(shift, "double"), err, len(err)), err)
+    return logp
 
 
 def mix_sum(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, val: np.ndarray,
@@ -47,18 +43,35 @@ def mix_sum(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, val: np.nda
     weighted probabilities. One C call on the CPU (ig_mix_sum_f32); elsewhere the masses are summed
     per cell (bincount) and mixed in with `mix_sparse`, λ = 1 − w_model."""
     n, width = logp.shape
-    if logp.device.type == "cpu" and logp.dtype == torch.float32 and logp.is_contiguous():
-        row_of, tok, val, w_model = (np.ascontiguousarray(a, dtype=t) for a, t in (
-            (row_of, np.int64), (tok, np.int64), (val, np.float64), (w_model, np.float64)))
-        if not len(row_of) == len(tok) == len(val) or len(w_model) != n:
-            raise ValueError("mix_sum: entries and rows of different lengths")
-        err = err_buffer()
-        check(lib.ig_mix_sum_f32(ffi.cast("float *", logp.data_ptr()), n, width, len(row_of), ptr(row_of, "int64_t"),
-                                 ptr(tok, "int64_t"), ptr(val, "double"), ptr(w_model, "double"), err, len(err)), err)
-        return logp
-    mass = np.bincount(np.asarray(row_of) * width + np.asarray(tok), weights=val, minlength=n * width)
-    at = np.flatnonzero(mass)
-    return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - np.asarray(w_model, dtype=np.float64))
+    w_model = np.ascontiguousarray(w_model, dtype=np.float64)  # (a column of the weights: C reads it flat)
+    rows = _c_rows(logp)
+    if rows is None:
+        mass = np.bincount(np.asarray(row_of) * width + np.asarray(tok), weights=val, minlength=n * width)
+        at = np.flatnonzero(mass)
+        return mix_sparse(logp, at // width, at % width, np.log(mass[at]), 1.0 - w_model)
+    row_of, tok, val = _c_entries("mix_sum", logp, row_of, tok, val, w_model)
+    err = err_buffer()
+    check(lib.ig_mix_sum_f32(rows, n, width, len(row_of), ptr(row_of, "int64_t"), ptr(tok, "int64_t"),
+                             ptr(val, "double"), ptr(w_model, "double"), err, len(err)), err)
+    return logp
+
+
+def _c_rows(logp: torch.Tensor):
+    """A float pointer to logp's rows when the C mixing calls can write them in place (float32,
+    contiguous, 2-D, on the CPU: what the processor makes); None otherwise (torch ops then)."""
+    if logp.device.type == "cpu" and logp.dtype == torch.float32 and logp.is_contiguous() and logp.ndim == 2:
+        return ffi.cast("float *", logp.data_ptr())
+    return None
+
+
+def _c_entries(name: str, logp: torch.Tensor, row_of, tok, values, per_row: np.ndarray) -> tuple:
+    """The entries as the arrays the C calls read (int64 rows and tokens, float64 values; no copy
+    when they already are); ValueError when the lengths do not match (C reads what it is told)."""
+    row_of, tok = np.ascontiguousarray(row_of, dtype=np.int64), np.ascontiguousarray(tok, dtype=np.int64)
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    if not len(row_of) == len(tok) == len(values) or per_row.shape != (logp.shape[0],):
+        raise ValueError(f"{name}: entries and rows of different lengths")
+    return row_of, tok, values
 
 
 def _mix_sparse_torch(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
@@ -210,14 +223,13 @@ def mix_sparse_learned(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, 
     return logp
 
 
-# Features that are plain transforms of one host column: name -> (column, transform). The one
-# table both host paths read (host_features, and HostMixing's prepared plan).
-_HOST_ONLY = {"sparse": (1, None), "log_effective_n": (0, "log1"), "log_context_count": (2, "log1p"),
-              "log_num_distinct": (3, "log1p"), "top_infgram_prob": (4, None)}
-# ... and their codes in the C core's ig_mixing_lambdas (native/include/infinigram_mixing.h)
-_NATIVE_CODES = {"sparse": lib.IG_MIX_SPARSE, "log_effective_n": lib.IG_MIX_LOG_EFFECTIVE_N,
-                 "log_context_count": lib.IG_MIX_LOG_CONTEXT_COUNT, "log_num_distinct": lib.IG_MIX_LOG_NUM_DISTINCT,
-                 "top_infgram_prob": lib.IG_MIX_TOP_PROB}
+# Features that are plain transforms of one host column: name -> (column, transform, its code in
+# the C core's ig_mixing_lambdas, native/include/infinigram_mixing.h). The one table both host
+# paths read (host_features in numpy, HostMixing's C call).
+_HOST_ONLY = {"sparse": (1, None, lib.IG_MIX_SPARSE), "log_effective_n": (0, "log1", lib.IG_MIX_LOG_EFFECTIVE_N),
+              "log_context_count": (2, "log1p", lib.IG_MIX_LOG_CONTEXT_COUNT),
+              "log_num_distinct": (3, "log1p", lib.IG_MIX_LOG_NUM_DISTINCT),
+              "top_infgram_prob": (4, None, lib.IG_MIX_TOP_PROB)}
 
 
 def _host_transform(x: np.ndarray, kind) -> np.ndarray:
@@ -235,7 +247,7 @@ def host_features(names, host: np.ndarray, logp: torch.Tensor, entries=None) -> 
     x = np.empty((len(host), len(names)))
     for j, name in enumerate(names):
         if name in _HOST_ONLY:
-            col, kind = _HOST_ONLY[name]
+            col, kind, _ = _HOST_ONLY[name]
             x[:, j] = _host_transform(host[:, col], kind)
         elif name == "neural_entropy":
             x[:, j] = neural_entropy(logp).double().cpu().numpy()
@@ -266,28 +278,25 @@ def learned_lambdas_host(model, host: np.ndarray, active: np.ndarray, logp: torc
 
 
 class HostMixing:
-    """`learned_lambdas_host` for one model, prepared once: when every feature is a host column
-    (the default features), λ of a batch is a dozen numpy operations -- the features gathered
-    with one index, the standardisation folded into the first layer -- or, from the rows'
-    distributions themselves, one C call (`native_lambdas`: at batch 1 the numpy dispatch was
-    most of the learned processor's cost over the two λs). Other models take the general path."""
+    """λ of a batch of rows on the host for one model, prepared once. A model over host-column
+    features only (the default ones) gets one C call that reads the rows' distributions
+    (`native_lambdas`, its standardisation folded into the first layer: at batch 1 the numpy
+    dispatch of the features and layers was most of the learned processor's cost over the two
+    λs); the others go through `learned_lambdas_host` (`lambdas`)."""
 
     def __init__(self, model) -> None:
         self.model = model
-        self.plan = None
+        self.plan = None  # the layers with the standardisation folded in, for the C call
         if all(f in _HOST_ONLY for f in model.features) and not model.levels:
-            cols = np.array([_HOST_ONLY[f][0] for f in model.features])
-            kinds = [_HOST_ONLY[f][1] for f in model.features]
-            by_kind = [np.flatnonzero([k == kind for k in kinds]) for kind in ("log1", "log1p")]
             (w, b), rest = model.layers[0], model.layers[1:]
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
-            self.plan = (cols, by_kind, [(w, b - w @ model.mean)] + rest)
+            self.plan = [(w, b - w @ model.mean)] + rest
         self._net = self._native_net() if self.plan is not None else None
 
     def _native_net(self):
         """The prepared plan as the C core's ig_mixing_net (its arrays kept alive with it)."""
-        layers = self.plan[2]
-        codes = np.array([_NATIVE_CODES[f] for f in self.model.features], dtype=np.int32)
+        layers = self.plan
+        codes = np.array([_HOST_ONLY[f][2] for f in self.model.features], dtype=np.int32)
         widths = np.array([len(codes)] + [w.shape[0] for w, _ in layers], dtype=np.int64)
         params = np.concatenate([np.concatenate([w.reshape(-1), b]) for w, b in layers]).astype(np.float64)
         net = ffi.new("ig_mixing_net *")
@@ -316,17 +325,5 @@ class HostMixing:
         return out
 
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
-        if self.plan is None:
-            return learned_lambdas_host(self.model, host, active, logp, entries)
-        cols, by_kind, layers = self.plan
-        x = host[:, cols]
-        for kind, at in zip(("log1", "log1p"), by_kind):
-            if len(at):
-                x[:, at] = _host_transform(x[:, at], kind)
-        h = x
-        for i, (w, b) in enumerate(layers):
-            h = h @ w.T + b
-            if i < len(layers) - 1:
-                h = np.tanh(h)
-        lam = 0.5 + 0.5 * np.tanh(0.5 * h[:, 0])  # σ(z) without overflow
-        return np.where(active, lam, 0.0)
+        """λ from the rows' HOST_COLUMNS and the model's log-probabilities (`learned_lambdas_host`)."""
+        return learned_lambdas_host(self.model, host, active, logp, entries)

@@ -96,15 +96,25 @@ static double log_add_exp(double a, double b) {
     return hi + log1p(exp(lo - hi));
 }
 
+/* The checks both mixtures make before writing anything: sizes, pointers, every entry inside
+   the rows, and (mass given) no negative mass. IG_OK or IG_ERR_ARG with a message naming `fn`. */
+static int check_entries(const char *fn, const float *logp, int64_t n_rows, int64_t width, int64_t m,
+                         const int64_t *row, const int64_t *tok, const double *values, const double *per_row,
+                         int mass, char *err, size_t errlen) {
+    if (n_rows < 0 || width < 0 || m < 0 || (n_rows > 0 && (!logp || !per_row)) || (m > 0 && (!row || !tok || !values)))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: a negative size or a NULL array", fn);
+    for (int64_t k = 0; k < m; k++)
+        if (row[k] < 0 || row[k] >= n_rows || tok[k] < 0 || tok[k] >= width || (mass && !(values[k] >= 0.0)))
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: entry %lld at (%lld, %lld) is outside the %lld x %lld rows%s",
+                           fn, (long long)k, (long long)row[k], (long long)tok[k], (long long)n_rows,
+                           (long long)width, mass ? " or has a negative mass" : "");
+    return IG_OK;
+}
+
 int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                       const int64_t *tok, const double *logv, const double *shift, char *err, size_t errlen) {
-    if (n_rows < 0 || width < 0 || m < 0 || (n_rows > 0 && (!logp || !shift)) || (m > 0 && (!row || !tok || !logv)))
-        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sparse_f32: a negative size or a NULL array");
-    for (int64_t k = 0; k < m; k++)
-        if (row[k] < 0 || row[k] >= n_rows || tok[k] < 0 || tok[k] >= width)
-            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sparse_f32: entry %lld at (%lld, %lld) is outside the "
-                           "%lld x %lld rows", (long long)k, (long long)row[k], (long long)tok[k],
-                           (long long)n_rows, (long long)width);
+    int rc = check_entries("ig_mix_sparse_f32", logp, n_rows, width, m, row, tok, logv, shift, 0, err, errlen);
+    if (rc != IG_OK) return rc;
     /* the entries' mixed values first (they read the unshifted rows), then the shift, then the writes */
     float *mixed = malloc((m > 0 ? (size_t)m : 1) * sizeof(float));
     if (!mixed) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sparse_f32: out of memory");
@@ -124,13 +134,8 @@ int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, con
 
 int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                    const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen) {
-    if (n_rows < 0 || width < 0 || m < 0 || (n_rows > 0 && (!logp || !w_model)) || (m > 0 && (!row || !tok || !val)))
-        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sum_f32: a negative size or a NULL array");
-    for (int64_t k = 0; k < m; k++)
-        if (row[k] < 0 || row[k] >= n_rows || tok[k] < 0 || tok[k] >= width || !(val[k] >= 0.0))
-            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sum_f32: entry %lld at (%lld, %lld) is outside the "
-                           "%lld x %lld rows or has a negative mass", (long long)k, (long long)row[k],
-                           (long long)tok[k], (long long)n_rows, (long long)width);
+    int rc = check_entries("ig_mix_sum_f32", logp, n_rows, width, m, row, tok, val, w_model, 1, err, errlen);
+    if (rc != IG_OK) return rc;
     /* the entries' masses summed per cell, then one pass over the rows */
     double *mass = calloc(n_rows * width > 0 ? (size_t)(n_rows * width) : 1, sizeof(double));
     if (!mass) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sum_f32: out of memory");

@@ -343,8 +343,9 @@ def test_saved_inside_an_index_directory(tiny_index, tmp_path):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_prepared_host_path_equals_the_general_one(seed):
-    """HostMixing (features gathered at once, standardisation folded into the first layer) gives
-    the λ of learned_lambdas_host, for models over the default features and over others."""
+    """HostMixing prepares its folded plan (the C call's; its values: test_native_lambdas_equal_the_
+    numpy_ones) exactly for models over host columns, and its host path gives the λ of
+    learned_lambdas_host, for models over the default features and over others."""
     from infinigram_hf.hf.mixing import HostMixing, learned_lambdas_host
     from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
 
