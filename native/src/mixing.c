@@ -2,10 +2,13 @@
    rows (the features and a small tanh network, row by row, in one call; the numpy twin:
    infinigram_hf.hf.mixing.HostMixing), and the sparse mixture into float32 log-probabilities
    (the torch twin: infinigram_hf.hf.mixing.mix_sparse on other devices). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
+#include "vec_math.h"
 
 /* The net's shape is checked before anything is written: widths chain, the input codes are
    known, the last layer has one output. Returns the widest layer (> 0) or IG_ERR_ARG. */
@@ -111,6 +114,11 @@ static int check_entries(const char *fn, const float *logp, int64_t n_rows, int6
     return IG_OK;
 }
 
+/* p[j] += s over a row (vectorized: the mixture's shift of every cell) */
+static IG_VECTORIZE void add_to_row(float *p, int64_t n, float s) {
+    for (int64_t j = 0; j < n; j++) p[j] += s;
+}
+
 int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                       const int64_t *tok, const double *logv, const double *shift, char *err, size_t errlen) {
     int rc = check_entries("ig_mix_sparse_f32", logp, n_rows, width, m, row, tok, logv, shift, 0, err, errlen);
@@ -122,37 +130,72 @@ int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, con
         float orig = logp[row[k] * width + tok[k]];
         mixed[k] = isinf(orig) && orig < 0 ? orig : (float)log_add_exp((double)orig + shift[row[k]], logv[k]);
     }
-    for (int64_t r = 0; r < n_rows; r++) {
-        if (shift[r] == 0.0) continue;
-        float s = (float)shift[r], *p = logp + r * width;
-        for (int64_t j = 0; j < width; j++) p[j] += s;
-    }
+    for (int64_t r = 0; r < n_rows; r++)
+        if (shift[r] != 0.0) add_to_row(logp + r * width, width, (float)shift[r]);
     for (int64_t k = 0; k < m; k++) logp[row[k] * width + tok[k]] = mixed[k];
     free(mixed);
     return IG_OK;
+}
+
+/* x[i] <- ln(w[i]·e^{x[i]} + mass[i]), x already within [IG_VEC_EXP_MIN, IG_VEC_EXP_MAX] (no
+   branch: the loop vectorizes). */
+static IG_VECTORIZE void mix_cells_fast(float *x, const double *mass, const float *w, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = ig_vlog(w[i] * ig_vexp(x[i]) + (float)mass[i]);
+}
+
+/* mixed[i] <- ln(w[i]·e^{orig[i]} + mass[i]) (mass > 0; -inf stays -inf): vec_math.h where its
+   functions hold, libm in double precision for the rest (orig outside [-87, 88], or a mass
+   below FLT_MIN, where float would lose its digits). */
+static void mix_cells(float *mixed, const float *orig, const double *mass, const float *w, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        mixed[i] = orig[i] < IG_VEC_EXP_MIN ? IG_VEC_EXP_MIN : (orig[i] > IG_VEC_EXP_MAX ? IG_VEC_EXP_MAX : orig[i]);
+    mix_cells_fast(mixed, mass, w, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (isinf(orig[i]) && orig[i] < 0) mixed[i] = orig[i]; /* forbidden before: stays so */
+        else if (!(orig[i] >= IG_VEC_EXP_MIN && orig[i] <= IG_VEC_EXP_MAX && mass[i] >= FLT_MIN))
+            mixed[i] = (float)log((double)w[i] * exp((double)orig[i]) + mass[i]);
+    }
 }
 
 int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                    const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen) {
     int rc = check_entries("ig_mix_sum_f32", logp, n_rows, width, m, row, tok, val, w_model, 1, err, errlen);
     if (rc != IG_OK) return rc;
-    /* the entries' masses summed per cell, then one pass over the rows */
-    double *mass = calloc(n_rows * width > 0 ? (size_t)(n_rows * width) : 1, sizeof(double));
-    if (!mass) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sum_f32: out of memory");
-    for (int64_t k = 0; k < m; k++) mass[row[k] * width + tok[k]] += val[k];
-    for (int64_t r = 0; r < n_rows; r++) {
-        float *p = logp + r * width;
-        const double *a = mass + r * width, w = w_model[r];
-        if (w == 1.0 && m == 0) continue;
-        float shift = (float)log(w), wf = (float)w;
-        /* single precision in the loop: the rows are float32, and expf/logf cost half of exp/log
-           where a short suffix brings thousands of entries per row (1.5 vs 2.7 ms per batch-8
-           step of a several-orders model, measured on recorded steps) */
-        for (int64_t j = 0; j < width; j++) {
-            if (isinf(p[j]) && p[j] < 0) continue;
-            p[j] = a[j] > 0.0 ? logf(wf * expf(p[j]) + (float)a[j]) : p[j] + shift;
-        }
+    /* Each touched cell gets a slot (its original value saved, its masses summed), the slots'
+       mixed values are computed at once (mix_cells), every row is shifted by ln w_model, and the
+       mixed values are written. Only the touched cells pay for exp and log (a dense pass with a
+       branch per cell cost several times the arithmetic at batch 1), and the scratch is a bit
+       per cell plus a few numbers per entry: a dense scratch of the rows' size cost more in page
+       faults than the mixing. While the cells are gathered, a touched cell holds its slot number
+       (its value is saved, and it is overwritten at the end). */
+    if (m > (int64_t)UINT32_MAX) /* slots are numbered in 32 bits (a cell holds one) */
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mix_sum_f32: more than 2^32 - 1 entries");
+    size_t m1 = m > 0 ? (size_t)m : 1;
+    int64_t *cell = malloc(m1 * sizeof(int64_t));
+    double *mass = malloc(m1 * sizeof(double));
+    float *mixed = malloc(3 * m1 * sizeof(float)), *orig = mixed + m1, *w = orig + m1;
+    uint64_t *seen = calloc((size_t)(n_rows * width / 64 + 1), sizeof(uint64_t));
+    if (!cell || !mass || !mixed || !seen) {
+        free(cell), free(mass), free(mixed), free(seen);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_sum_f32: out of memory");
     }
-    free(mass);
+    uint32_t n_cells = 0, slot;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t c = row[k] * width + tok[k];
+        if (seen[c >> 6] >> (c & 63) & 1) {
+            memcpy(&slot, logp + c, sizeof slot);
+        } else {
+            seen[c >> 6] |= 1ull << (c & 63);
+            slot = n_cells++;
+            cell[slot] = c, orig[slot] = logp[c], mass[slot] = 0.0, w[slot] = (float)w_model[row[k]];
+            memcpy(logp + c, &slot, sizeof slot);
+        }
+        mass[slot] += val[k];
+    }
+    mix_cells(mixed, orig, mass, w, n_cells);
+    for (int64_t r = 0; r < n_rows; r++) /* w = 0: ln 0 = -inf, every cell but the entries' */
+        if (w_model[r] != 1.0) add_to_row(logp + r * width, width, (float)log(w_model[r]));
+    for (uint32_t i = 0; i < n_cells; i++) logp[cell[i]] = mixed[i];
+    free(cell), free(mass), free(mixed), free(seen);
     return IG_OK;
 }
