@@ -66,7 +66,9 @@ def main(argv=None) -> None:
     models = {"default features": mlp(DEFAULT_FEATURES),
               "default + log_agreement": mlp(tuple(DEFAULT_FEATURES) + ("log_agreement",)),
               f"all {len(FEATURES)} features": mlp(tuple(FEATURES)),
-              "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS)}
+              "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS),
+              "level 1": mlp(DEFAULT_FEATURES, levels=("1",)),
+              "level L/2": mlp(DEFAULT_FEATURES, levels=("L/2",))}
     if args.variants:
         models = {k: models[k] for k in args.variants}
     for b in args.batches:

@@ -4,6 +4,7 @@ eval/mixing_table.py.
 
     nice -n 10 .venv-test/bin/python eval/mixing_levels.py --domain stdlib            # seeded samples
     nice -n 10 .venv-test/bin/python eval/mixing_levels.py --domain stdlib --whole    # whole splits
+    nice -n 10 .venv-test/bin/python eval/mixing_levels.py --domain stdlib --whole --levels 2 3  # other levels
 
 Every subset is an MLP 16 over the default features fitted on validation (the empty subset is
 the two-way learned model), evaluated on held-out as is and decontaminated (documents with ≥ 80%
@@ -29,7 +30,7 @@ from mixing_table import domain_spec, load_cached, sample_docs  # noqa: E402
 
 from infinigram_hf import fit_mixing, interpolate, tune_lambdas  # noqa: E402
 from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES  # noqa: E402
-from infinigram_hf.lm.orders import DEFAULT_LEVELS  # noqa: E402
+from infinigram_hf.lm.orders import DEFAULT_LEVELS, check_levels  # noqa: E402
 
 
 def subsets(levels=DEFAULT_LEVELS) -> list:
@@ -63,7 +64,10 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=5, help="processor timing runs (0: no timing)")
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--levels", nargs="+", default=list(DEFAULT_LEVELS),
+                    help="the levels whose every subset is fitted (default: %(default)s)")
     args = ap.parse_args(argv)
+    levels = check_levels(args.levels)
     import torch
     torch.set_num_threads(1)
     spec = domain_spec(args.domain)
@@ -71,19 +75,19 @@ def main(argv=None) -> None:
     val_docs = sample_docs(spec["docs"]("validation"), cap[0], 1024)
     test_docs = sample_docs(spec["docs"]("heldout"), cap[1], 1024)
     index = spec["index"]("all")
-    val = mixing_report.add_levels(load_cached(spec, "validation", args.whole), val_docs, index)
-    test = mixing_report.add_levels(load_cached(spec, "heldout", args.whole), test_docs, index)
+    val = mixing_report.add_levels(load_cached(spec, "validation", args.whole), val_docs, index, levels)
+    test = mixing_report.add_levels(load_cached(spec, "heldout", args.whole), test_docs, index, levels)
     dropped, _ = mixing_report.contaminated_docs(test_docs, index)
     deco = test.select(~np.isin(test.doc_index, dropped))
     two = tune_lambdas(val)
     rows = []
-    for s in subsets():
+    for s in subsets(levels):
         model = fit_mixing(val, family="mlp", hidden=16, levels=s or None).model
         r, r_d = interpolate(test, mixing=model), interpolate(deco, mixing=model)
         rows.append((s, r, r_d))
     base, base_d = interpolate(test, two.lambda_sparse, two.lambda_dense), interpolate(deco, two.lambda_sparse,
                                                                                          two.lambda_dense)
-    cost = processor_ratios(index, test_docs, subsets(), args.batches, args.runs, args.calls) if args.runs else {}
+    cost = processor_ratios(index, test_docs, subsets(levels), args.batches, args.runs, args.calls) if args.runs else {}
     print(f"{args.domain}, {'whole splits' if args.whole else 'seeded samples'}: {len(val):,} validation / "
           f"{len(test):,} held-out tokens ({len(deco):,} decontaminated); neural {base.neural_perplexity:.2f} / "
           f"{base_d.neural_perplexity:.2f}")

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from ..lm.learned_mixing import AGREEMENT_FLOOR
+from ..lm.learned_mixing import AGREEMENT_FLOOR, level_inputs
 
 
 def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
@@ -287,7 +287,7 @@ class HostMixing:
     def __init__(self, model) -> None:
         self.model = model
         self.plan = None  # the layers with the standardisation folded in, for the C call
-        if all(f in _HOST_ONLY for f in model.features) and not model.levels:
+        if all(f in _HOST_ONLY for f in model.features):
             (w, b), rest = model.layers[0], model.layers[1:]
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
             self.plan = [(w, b - w @ model.mean)] + rest
@@ -297,7 +297,7 @@ class HostMixing:
         """The prepared plan as the C core's ig_mixing_net (its arrays kept alive with it)."""
         layers = self.plan
         codes = np.array([_HOST_ONLY[f][2] for f in self.model.features], dtype=np.int32)
-        widths = np.array([len(codes)] + [w.shape[0] for w, _ in layers], dtype=np.int64)
+        widths = np.array([len(codes) + len(self.model.levels)] + [w.shape[0] for w, _ in layers], dtype=np.int64)
         params = np.concatenate([np.concatenate([w.reshape(-1), b]) for w, b in layers]).astype(np.float64)
         net = ffi.new("ig_mixing_net *")
         net.n_inputs, net.n_layers = len(codes), len(layers)
@@ -308,22 +308,54 @@ class HostMixing:
         """λ of the rows of next-token distributions `d` (BatchNextTokenDistributions; 0 where
         not `active`) in one C call, equal to `lambdas` of their HOST_COLUMNS to rounding; None
         when the model needs what the call does not compute (the model's distribution, levels)."""
-        if self._net is None:
+        if self._net is None or self.model.levels:
             return None
         n = len(active)
         out = np.empty(n)
-        # (the dtypes the call reads: no copy when they already are, as a local index's results)
-        arrays = [np.ascontiguousarray(a, dtype=t) for a, t in ((d.offsets, np.int64), (d.counts, np.uint64),
-                  (d.total, np.uint64), (d.suffix_len, np.int64), (d.sparse, bool), (active, bool))]
-        offsets, counts, total, suffix_len, sparse, active = arrays
-        if len(offsets) != n + 1 or len(total) != n or len(suffix_len) != n or len(sparse) != n:
-            raise ValueError(f"distributions of {len(total)} rows for {n} rows")
+        rows = _c_distributions(d, n)
+        active = np.ascontiguousarray(active, dtype=bool)
         err = err_buffer()
-        check(lib.ig_mixing_lambdas(self._net[0], n, ptr(offsets, "int64_t"), ptr(counts, "uint64_t"), len(counts),
-                                    ptr(total, "uint64_t"), ptr(suffix_len, "int64_t"), ptr(sparse, "uint8_t"),
-                                    ptr(active, "uint8_t"), ptr(out, "double"), err, len(err)), err)
+        check(lib.ig_mixing_lambdas(self._net[0], n, *rows, ptr(active, "uint8_t"), ptr(out, "double"), err,
+                                    len(err)), err)
+        return out
+
+    def native_weights(self, d, level_count: np.ndarray, active: np.ndarray):
+        """A model mixing several orders: (rows, 2 + levels) weights of the rows of next-token
+        distributions `d`, whose levels' suffixes occur `level_count` (rows, levels) times (0: the
+        level does not exist), in one C call (ig_mixing_weights), equal to `weights_from_inputs`
+        to rounding; rows not `active` get the model alone. None when the model's features are
+        not all computed by the call (or it has no levels)."""
+        if self._net is None or not self.model.levels:
+            return None
+        n, k = len(active), 2 + len(self.model.levels)
+        level_count = np.asarray(level_count, dtype=np.float64)
+        if level_count.shape != (n, k - 2):
+            raise ValueError(f"level counts of shape {level_count.shape} for {n} rows and {k - 2} levels")
+        extra = np.ascontiguousarray(level_inputs(level_count))
+        available = np.empty((n, k), dtype=bool)
+        available[:, 0] = True
+        available[:, 1] = active
+        np.logical_and(level_count > 0, np.asarray(active, dtype=bool)[:, None], out=available[:, 2:])
+        out = np.empty((n, k))
+        rows = _c_distributions(d, n)
+        err = err_buffer()
+        check(lib.ig_mixing_weights(self._net[0], n, *rows, k - 2, ptr(extra, "double"), ptr(available, "uint8_t"),
+                                    ptr(out, "double"), err, len(err)), err)
         return out
 
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
         """λ from the rows' HOST_COLUMNS and the model's log-probabilities (`learned_lambdas_host`)."""
         return learned_lambdas_host(self.model, host, active, logp, entries)
+
+
+def _c_distributions(d, n: int) -> list:
+    """The C mixing calls' view of n rows of next-token distributions `d`: offsets, counts, the
+    number of entries, totals, suffix lengths and sparsity, as pointers (each keeps its array
+    alive; no copy when the dtypes already are, as a local index's results)."""
+    arrays = [np.ascontiguousarray(a, dtype=t) for a, t in ((d.offsets, np.int64), (d.counts, np.uint64),
+              (d.total, np.uint64), (d.suffix_len, np.int64), (d.sparse, bool))]
+    offsets, counts, total, suffix_len, sparse = arrays
+    if len(offsets) != n + 1 or len(total) != n or len(suffix_len) != n or len(sparse) != n:
+        raise ValueError(f"distributions of {len(total)} rows for {n} rows")
+    return [ptr(offsets, "int64_t"), ptr(counts, "uint64_t"), len(counts), ptr(total, "uint64_t"),
+            ptr(suffix_len, "int64_t"), ptr(sparse, "uint8_t")]

@@ -25,6 +25,7 @@ from .._core.tokenization import check_tokenizer
 from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
+from .level_cache import LevelDistributions
 from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_sum
 from ..lm.orders import level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
@@ -123,6 +124,11 @@ class InfiniGramLogitsProcessor(_Base):
         # DifferenceIndex answers through its cache
         self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else \
             getattr(self._cache, "row_states", lambda: None)()
+        # a model mixing several orders: its levels' distributions by suffix, ready to mix (a
+        # level's suffix always occurs: its fixed-n distribution, one batched query for the misses)
+        self._levels = LevelDistributions(
+            lambda rows, lengths: index.infgram_ntd_batch(rows, infinite=False, lengths=lengths, padding_side="left"),
+            lambda d, n: self._entries(d, n, self._checked_width), max_items=cache_size)
 
     # ------------------------------------------------------------ contexts
 
@@ -199,28 +205,28 @@ class InfiniGramLogitsProcessor(_Base):
 
     def _mix_orders(self, rows_np: np.ndarray, logp: torch.Tensor, width: int) -> torch.Tensor:
         """Mix a model over several orders into logp: the longest match's distribution and each
-        level's (the same rows' shorter suffixes, from the cache), weights from the mixing model
-        on the host. Every component's weighted entries go to `mix_sum`, which adds them up per
-        (row, token) and mixes them with the model's share (one C call on the CPU)."""
+        level's (the same rows' shorter suffixes, `LevelDistributions`), weights from the mixing
+        model on the host (one C call for the default features, `HostMixing.native_weights`).
+        Every component's weighted entries go to `mix_sum`, which adds them up per (row, token)
+        and mixes them with the model's share (one C call on the CPU)."""
         n = len(rows_np)
         d, row_of, tok, cnt, total = self._query(rows_np, width)
-        host, active = self._host_columns(d, n), self._active(d, total)
+        active = self._active(d, total)
         p_inf = cnt / np.maximum(total[row_of], 1.0)
         lengths = level_lengths(self.mixing.levels, d.suffix_len)
         level_count = np.zeros(lengths.shape)
         parts = []  # (level, rows, tokens, P_m) of every level's entries
         for j in range(lengths.shape[1]):
             sel = np.flatnonzero(active & (lengths[:, j] >= 0))
-            if not len(sel):
-                continue
-            dl = self._cache.ntd_batch(rows_np[sel], lengths=lengths[sel, j], padding_side="left")
-            r, t, c, tot = self._entries(dl, len(sel), width)
-            level_count[sel, j] = tot
-            parts.append((j, sel[r], t, c / np.maximum(tot[r], 1.0)))
-        entries = (row_of, tok, np.log(np.maximum(p_inf, 1e-300))) if uses_agreement(self.mixing.features) else None
-        x = host_features(self.mixing.features, host, logp, entries)
-        w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
-                                            level_count > 0)
+            if len(sel):
+                r, t, p, level_count[sel, j] = self._levels.gather(rows_np, sel, lengths[sel, j])
+                parts.append((j, r, t, p))
+        w = self._host_mixing.native_weights(d, level_count, active)
+        if w is None:  # features the C call does not compute: numpy
+            entries = (row_of, tok, np.log(np.maximum(p_inf, 1e-300))) if uses_agreement(self.mixing.features) else None
+            x = host_features(self.mixing.features, self._host_columns(d, n), logp, entries)
+            w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
+                                                level_count > 0)
         rows = np.concatenate([row_of] + [r for _, r, _, _ in parts])
         toks = np.concatenate([tok] + [t for _, _, t, _ in parts])
         vals = np.concatenate([w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts])

@@ -19,6 +19,11 @@
  *   λ_i = σ(h_L) (one output) where active[i], else 0.
  *
  * Standardisation, if any, is folded into the first layer by the caller.
+ *
+ * ig_mixing_weights: the same for a model mixing several orders: the net reads the coded features
+ * and then extra inputs per row (the levels' ln(1 + count)), and its K >= 2 outputs are the logits
+ * of a softmax over the components (the model, the ∞-gram, each level), taken over the components
+ * available to the row (the numpy twin: MixingModel.weights_from_inputs).
  */
 #ifndef INFINIGRAM_MIXING_H
 #define INFINIGRAM_MIXING_H
@@ -37,10 +42,11 @@ extern "C" {
 #define IG_MIX_TOP_PROB 4
 
 typedef struct {
-    int64_t n_inputs;       /* features: codes[0 .. n_inputs), each an IG_MIX_* above */
+    int64_t n_inputs;       /* coded features: codes[0 .. n_inputs), each an IG_MIX_* above */
     const int32_t *codes;
     int64_t n_layers;       /* >= 1 */
-    const int64_t *widths;  /* n_layers + 1 widths: widths[0] = n_inputs, widths[n_layers] = 1 */
+    const int64_t *widths;  /* n_layers + 1 widths: widths[0] = n_inputs (+ n_extra for
+                               ig_mixing_weights), widths[n_layers] = 1 (λ) or K (weights) */
     const double *params;   /* layer by layer: its weight (out x in, row-major), then its bias (out) */
 } ig_mixing_net;
 
@@ -50,6 +56,17 @@ typedef struct {
 int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
                       int64_t n_entries, const uint64_t *total, const int64_t *suffix_len,
                       const uint8_t *sparse, const uint8_t *active, double *lambda_out,
+                      char *err, size_t errlen);
+
+/* Mixture weights of n rows into weights_out (n x K, row-major; K = the net's outputs, >= 2):
+   row i's inputs are its coded features then extra[i·n_extra .. (i+1)·n_extra), and its weights
+   the softmax of the net's outputs over the columns where available[i·K + j] is nonzero (0
+   elsewhere; a row with only column 0 available gets [1, 0, ...] without running the net).
+   Column 0 (the model) must be available in every row. Offsets etc. as for ig_mixing_lambdas.
+   IG_ERR_ARG for a malformed net, offsets or availability (nothing written), IG_ERR_NOMEM. */
+int ig_mixing_weights(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
+                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
+                      int64_t n_extra, const double *extra, const uint8_t *available, double *weights_out,
                       char *err, size_t errlen);
 
 /* The mixture log((1 - λ_r)·p + e^{logv_k}) in place in logp, n_rows rows of `width` float

@@ -10,25 +10,42 @@
 #include "common.h"
 #include "vec_math.h"
 
-/* The net's shape is checked before anything is written: widths chain, the input codes are
-   known, the last layer has one output. Returns the widest layer (> 0) or IG_ERR_ARG. */
-static int64_t check_net(const ig_mixing_net *net, char *err, size_t errlen) {
-    if (!net || net->n_inputs < 1 || net->n_layers < 1 || !net->codes || !net->widths || !net->params)
-        return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: no inputs, no layers or a NULL array");
-    if (net->widths[0] != net->n_inputs || net->widths[net->n_layers] != 1)
-        return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: widths must start at n_inputs (%lld) and end at 1",
-                       (long long)net->n_inputs);
+/* The net's shape is checked before anything is written: widths chain from the coded features
+   plus n_extra inputs, the input codes are known, the last layer has `outputs` outputs (0: any
+   number from 2 up). Returns the widest layer (> 0) or IG_ERR_ARG. */
+static int64_t check_net(const char *fn, const ig_mixing_net *net, int64_t n_extra, int64_t outputs, char *err,
+                         size_t errlen) {
+    if (!net || net->n_inputs < 0 || n_extra < 0 || net->n_inputs + n_extra < 1 || net->n_layers < 1 ||
+        (net->n_inputs > 0 && !net->codes) || !net->widths || !net->params)
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: a net with no inputs, no layers or a NULL array", fn);
+    int64_t last = net->widths[net->n_layers];
+    if (net->widths[0] != net->n_inputs + n_extra || (outputs ? last != outputs : last < 2))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: the net's widths must start at %lld inputs and end at %s", fn,
+                       (long long)(net->n_inputs + n_extra), outputs ? "1 output" : "2 or more outputs");
     int64_t widest = 0;
     for (int64_t l = 0; l <= net->n_layers; l++) {
         if (net->widths[l] < 1 || net->widths[l] > (1 << 20))
-            return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: layer width %lld out of range",
-                           (long long)net->widths[l]);
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: layer width %lld out of range", fn, (long long)net->widths[l]);
         if (net->widths[l] > widest) widest = net->widths[l];
     }
     for (int64_t j = 0; j < net->n_inputs; j++)
         if (net->codes[j] < IG_MIX_SPARSE || net->codes[j] > IG_MIX_TOP_PROB)
-            return ig_fail(err, errlen, IG_ERR_ARG, "mixing net: unknown feature code %d", (int)net->codes[j]);
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: unknown feature code %d", fn, (int)net->codes[j]);
     return widest;
+}
+
+/* The rows' CSR distributions as both calls read them: sizes, pointers, offsets within the
+   entries and non-decreasing. IG_OK or IG_ERR_ARG. */
+static int check_rows(const char *fn, int64_t n, const int64_t *offsets, const uint64_t *counts, int64_t n_entries,
+                      const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse, char *err, size_t errlen) {
+    if (n < 0 || n_entries < 0 || !offsets || !total || !suffix_len || !sparse || (n_entries > 0 && !counts))
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: a negative size or a NULL array", fn);
+    if (offsets[0] < 0 || offsets[n] > n_entries)
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: offsets outside [0, %lld]", fn, (long long)n_entries);
+    for (int64_t i = 0; i < n; i++)
+        if (offsets[i] > offsets[i + 1])
+            return ig_fail(err, errlen, IG_ERR_ARG, "%s: offsets decrease at row %lld", fn, (long long)i);
+    return IG_OK;
 }
 
 static double feature(int32_t code, int64_t lo, int64_t hi, const uint64_t *counts, uint64_t total,
@@ -47,46 +64,93 @@ static double feature(int32_t code, int64_t lo, int64_t hi, const uint64_t *coun
     }
 }
 
+/* The net on the inputs in a (its widest layer's room; b the same): the last layer's outputs,
+   in a or b. tanh between layers, not after the last. */
+static const double *forward(const ig_mixing_net *net, double *a, double *b) {
+    const double *p = net->params;
+    double *in = a, *out = b;
+    for (int64_t l = 0; l < net->n_layers; l++) {
+        int64_t w_in = net->widths[l], w_out = net->widths[l + 1];
+        const double *bias = p + w_out * w_in;
+        for (int64_t o = 0; o < w_out; o++) {
+            double s = bias[o];
+            for (int64_t k = 0; k < w_in; k++) s += p[o * w_in + k] * in[k];
+            out[o] = l < net->n_layers - 1 ? tanh(s) : s;
+        }
+        p = bias + w_out;
+        double *t = in;
+        in = out;
+        out = t;
+    }
+    return in;
+}
+
+/* Row i's inputs into a: its coded features, then its n_extra extra inputs. */
+static void row_inputs(const ig_mixing_net *net, int64_t i, const int64_t *offsets, const uint64_t *counts,
+                       const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse, int64_t n_extra,
+                       const double *extra, double *a) {
+    for (int64_t j = 0; j < net->n_inputs; j++)
+        a[j] = feature(net->codes[j], offsets[i], offsets[i + 1], counts, total[i], suffix_len[i], sparse[i]);
+    for (int64_t j = 0; j < n_extra; j++) a[net->n_inputs + j] = extra[i * n_extra + j];
+}
+
 int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
                       int64_t n_entries, const uint64_t *total, const int64_t *suffix_len,
                       const uint8_t *sparse, const uint8_t *active, double *lambda_out,
                       char *err, size_t errlen) {
-    int64_t widest = check_net(net, err, errlen);
+    int64_t widest = check_net("ig_mixing_lambdas", net, 0, 1, err, errlen);
     if (widest < 0) return (int)widest;
-    if (n < 0 || n_entries < 0 || !offsets || !total || !suffix_len || !sparse || !active || !lambda_out ||
-        (n_entries > 0 && !counts))
-        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: a negative size or a NULL array");
-    if (offsets[0] < 0 || offsets[n] > n_entries)
-        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: offsets outside [0, %lld]", (long long)n_entries);
-    for (int64_t i = 0; i < n; i++)
-        if (offsets[i] > offsets[i + 1])
-            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: offsets decrease at row %lld", (long long)i);
+    int rc = check_rows("ig_mixing_lambdas", n, offsets, counts, n_entries, total, suffix_len, sparse, err, errlen);
+    if (rc != IG_OK) return rc;
+    if (!active || !lambda_out) return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_lambdas: a NULL array");
     double *a = malloc(2 * (size_t)widest * sizeof(double));
     if (!a) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mixing_lambdas: out of memory");
-    double *b = a + widest;
     for (int64_t i = 0; i < n; i++) {
         if (!active[i]) {
             lambda_out[i] = 0.0;
             continue;
         }
-        for (int64_t j = 0; j < net->n_inputs; j++)
-            a[j] = feature(net->codes[j], offsets[i], offsets[i + 1], counts, total[i], suffix_len[i], sparse[i]);
-        const double *p = net->params;
-        double *in = a, *out = b;
-        for (int64_t l = 0; l < net->n_layers; l++) {
-            int64_t w_in = net->widths[l], w_out = net->widths[l + 1];
-            const double *bias = p + w_out * w_in;
-            for (int64_t o = 0; o < w_out; o++) {
-                double s = bias[o];
-                for (int64_t k = 0; k < w_in; k++) s += p[o * w_in + k] * in[k];
-                out[o] = l < net->n_layers - 1 ? tanh(s) : s;
-            }
-            p = bias + w_out;
-            double *t = in;
-            in = out;
-            out = t;
+        row_inputs(net, i, offsets, counts, total, suffix_len, sparse, 0, NULL, a);
+        lambda_out[i] = 0.5 + 0.5 * tanh(0.5 * forward(net, a, a + widest)[0]); /* σ(z) without overflow */
+    }
+    free(a);
+    return IG_OK;
+}
+
+int ig_mixing_weights(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
+                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
+                      int64_t n_extra, const double *extra, const uint8_t *available, double *weights_out,
+                      char *err, size_t errlen) {
+    int64_t widest = check_net("ig_mixing_weights", net, n_extra, 0, err, errlen);
+    if (widest < 0) return (int)widest;
+    int rc = check_rows("ig_mixing_weights", n, offsets, counts, n_entries, total, suffix_len, sparse, err, errlen);
+    if (rc != IG_OK) return rc;
+    int64_t k_out = net->widths[net->n_layers];
+    if (!available || !weights_out || (n_extra > 0 && n > 0 && !extra))
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_weights: a NULL array");
+    for (int64_t i = 0; i < n; i++)
+        if (!available[i * k_out])
+            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_weights: row %lld: the model's column (0) must be "
+                           "available", (long long)i);
+    double *a = malloc(2 * (size_t)widest * sizeof(double));
+    if (!a) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mixing_weights: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *av = available + i * k_out;
+        double *w = weights_out + i * k_out;
+        int64_t n_av = 0;
+        for (int64_t j = 0; j < k_out; j++) n_av += av[j] != 0;
+        if (n_av == 1) { /* the model alone: no net to run */
+            w[0] = 1.0;
+            for (int64_t j = 1; j < k_out; j++) w[j] = 0.0;
+            continue;
         }
-        lambda_out[i] = 0.5 + 0.5 * tanh(0.5 * in[0]); /* σ(z) without overflow */
+        row_inputs(net, i, offsets, counts, total, suffix_len, sparse, n_extra, extra, a);
+        const double *z = forward(net, a, a + widest);
+        double top = z[0], sum = 0.0;
+        for (int64_t j = 1; j < k_out; j++)
+            if (av[j] && z[j] > top) top = z[j];
+        for (int64_t j = 0; j < k_out; j++) sum += w[j] = av[j] ? exp(z[j] - top) : 0.0;
+        for (int64_t j = 0; j < k_out; j++) w[j] /= sum;
     }
     free(a);
     return IG_OK;

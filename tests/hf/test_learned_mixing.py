@@ -370,22 +370,11 @@ def test_native_lambdas_equal_the_numpy_ones(seed):
     numpy path over HOST_COLUMNS written out here by brute force: empty rows, single-token rows,
     inactive rows, one to three layers."""
     from infinigram_hf.hf.mixing import HostMixing, learned_lambdas_host
-    from infinigram_hf.index.results import BatchNextTokenDistributions
     from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
+    from mixing_rows import random_rows
 
-    rng = np.random.default_rng(seed)
-    n = 9
-    width = rng.integers(0, 6, n)
-    width[0], width[1] = 0, 1
-    offsets = np.concatenate([[0], np.cumsum(width)]).astype(np.int64)
-    counts = rng.integers(1, 50, offsets[-1]).astype(np.uint64)
-    total = np.array([counts[a:b].sum() for a, b in zip(offsets[:-1], offsets[1:])], dtype=np.uint64)
-    suffix_len = rng.integers(0, 30, n).astype(np.int64)
-    d = BatchNextTokenDistributions(offsets, np.arange(offsets[-1], dtype=np.uint32), counts, total, suffix_len,
-                                    width == 1, np.zeros(n, bool))
-    top = [counts[a:b].max() / max(int(t), 1) if b > a else 0.0 for a, b, t in zip(offsets[:-1], offsets[1:], total)]
-    host = np.stack([suffix_len + 1, width == 1, total, width, top, np.full(n, -1)], axis=1).astype(np.float64)
-    active = (rng.random(n) < 0.8) & (total > 0)
+    d, host, active = random_rows(np.random.default_rng(seed))
+    n = len(active)
     logp = torch.zeros(n, 4)
     for features, hidden in ((DEFAULT_FEATURES, (5,)), (("top_infgram_prob", "sparse"), ()),
                              (("log_num_distinct", "log_effective_n", "log_context_count"), (4, 3))):

@@ -113,8 +113,12 @@ def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_
     np.testing.assert_array_equal(again.level_count, res.scores.level_count)
 
 
-def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path):
-    model = random_orders_model(list(DEFAULT_FEATURES) + ["neural_entropy"], DEFAULT_LEVELS, seed=6)
+@pytest.mark.parametrize("features", [list(DEFAULT_FEATURES) + ["neural_entropy"], list(DEFAULT_FEATURES)],
+                         ids=["numpy weights", "C weights"])
+def test_processor_with_orders_equals_brute_force(features, tiny_model, tiny_tok, mixing_index, tmp_path):
+    """Both weight paths (numpy; the C call for the default features), twice over the same rows:
+    the second call takes the levels from the processor's LevelDistributions."""
+    model = random_orders_model(features, DEFAULT_LEVELS, seed=6)
     model.save(tmp_path / "m.json")
     proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
     ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
@@ -125,6 +129,9 @@ def test_processor_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_i
     scores = torch.from_numpy(np.random.default_rng(7).normal(size=(len(prompts), tiny_model.config.vocab_size))).float()
     scores[0, 5] = -float("inf")  # forbidden by an earlier processor: stays so
     got = proc(ids, scores.clone()).double().numpy()
+    hits = proc._levels.stats["hits"]
+    np.testing.assert_array_equal(proc(ids, scores.clone()).double().numpy(), got)
+    assert proc._levels.stats["hits"] > hits
     logp = torch.log_softmax(scores.double(), -1).numpy()
     vocab = logp.shape[1]
 
@@ -231,3 +238,66 @@ def test_token_scores_levels_are_opt_in(tiny_model, tiny_tok, mixing_index):
         interpolate(plain, mixing=random_orders_model(["sparse"], ("1",)))
     s = token_scores(tiny_model, tiny_tok, DOCS[:1], mixing_index, progress=False, levels=["1"])
     assert s.level_names == ("1",) and s.level_prob.shape == (len(s), 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_native_weights_equal_the_numpy_ones(seed):
+    """HostMixing.native_weights (one C call over the rows' distributions and the levels' counts)
+    gives MixingModel.weights_from_inputs over the features written out by brute force: empty and
+    single-token rows, inactive rows, levels that do not exist, one or two hidden layers."""
+    from infinigram_hf.hf.mixing import HostMixing, host_features
+    from infinigram_hf.lm.learned_mixing import level_inputs
+    from mixing_rows import random_rows
+
+    rng = np.random.default_rng(seed)
+    d, host, active = random_rows(rng)
+    n = len(active)
+    for levels, hidden in ((DEFAULT_LEVELS, (5,)), (("1",), (4, 3))):
+        model = random_orders_model(list(DEFAULT_FEATURES), levels, seed=seed, hidden=hidden)
+        level_count = rng.integers(0, 500, (n, len(levels))) * (rng.random((n, len(levels))) < 0.7)
+        x = np.concatenate([host_features(model.features, host, None), level_inputs(level_count)], axis=1)
+        want = model.weights_from_inputs(x, active, level_count > 0)
+        got = HostMixing(model).native_weights(d, level_count, active)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-12)
+        assert (got[~active, 0] == 1).all()
+        assert (got[:, 2:][level_count == 0] == 0).all()
+    other = random_orders_model(list(DEFAULT_FEATURES) + ["neural_entropy"], ("1",), seed=seed)
+    assert HostMixing(other).native_weights(d, np.zeros((n, 1)), active) is None
+
+
+def test_level_distributions_cache_by_suffix():
+    """LevelDistributions: hits give what a fresh query gives, one batched query per call for the
+    missing suffixes only, and the caps (suffixes, entries; 0 = none kept) hold."""
+    from infinigram_hf.hf.level_cache import LevelDistributions
+
+    dists = {(): {1: 3, 2: 1}, (5,): {7: 2}, (5, 6): {9: 1}, (6,): {1: 1, 3: 1, 4: 2}}
+    calls = []
+
+    def query(rows, lengths):
+        calls.append(len(rows))
+        return [dists[tuple(r[len(r) - m:].tolist()) if m else ()] for r, m in zip(rows, lengths)]
+
+    def entries(d, n):
+        r = np.concatenate([[i] * len(x) for i, x in enumerate(d)] or [[]]).astype(np.int64)
+        t = np.concatenate([list(x) for x in d] or [[]]).astype(np.int64)
+        c = np.concatenate([list(x.values()) for x in d] or [[]]).astype(np.float64)
+        return r, t, c, np.array([sum(x.values()) for x in d], dtype=np.float64)
+
+    rows = np.array([[4, 5, 6], [3, 6, 5], [0, 5, 6]])
+    cache = LevelDistributions(query, entries, max_items=8)
+    for _ in range(2):
+        r, t, p, count = cache.gather(rows, np.array([0, 1, 2]), np.array([1, 1, 2]))
+        assert r.tolist() == [0, 0, 0, 1, 2] and t.tolist() == [1, 3, 4, 7, 9]
+        np.testing.assert_allclose(p, [0.25, 0.25, 0.5, 1.0, 1.0])
+        assert count.tolist() == [4.0, 2.0, 1.0]
+    assert calls == [3] and cache.stats == {"hits": 3, "queried": 3}
+    r, t, p, count = cache.gather(rows, np.array([2, 0]), np.array([0, 1]))  # the unigram: one query, one row
+    assert calls == [3, 1] and r.tolist() == [2, 2, 0, 0, 0] and count.tolist() == [4.0, 4.0]
+    small = LevelDistributions(query, entries, max_items=8, max_entries=3)
+    small.gather(rows, np.array([0, 1]), np.array([1, 1]))  # 3 + 1 entries: the first is dropped
+    assert len(small._items) == 1 and small._held == 1
+    none = LevelDistributions(query, entries, max_items=0)
+    none.gather(rows, np.array([0]), np.array([1]))
+    none.gather(rows, np.array([0]), np.array([1]))
+    assert none.stats["hits"] == 0 and not none._items
