@@ -4,12 +4,14 @@ inputs, interleaved runs in one process.
 
 Each call sees held-out stdlib prefixes growing by one token (teacher forcing, so both variants
 see identical contexts) and random (batch, 32000) scores standing in for the model's logits;
-a fresh processor per run (cold cache). Reports the median per-call CPU time of the calling
-thread (torch on 1 thread: on a loaded shared machine wall time mostly measures preemption) and the
-ratio learned / two-λ per run, and their median.
+a fresh processor per run (cold caches; --warm N: first N untimed calls over other held-out
+documents, as a long-lived processor's caches would be). Reports the median per-call CPU time of
+the calling thread (torch on 1 thread: on a loaded shared machine wall time mostly measures
+preemption) and the ratio learned / two-λ per run, and their median.
 
     nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py
     nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py --variants "default features" "several orders"
+    nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py --warm 400   # long-lived processors
 """
 from __future__ import annotations
 
@@ -39,9 +41,15 @@ def mlp(features=tuple(FEATURES), hidden: int = 16, levels=()) -> MixingModel:
                                                                                  np.zeros(out))], levels=levels)
 
 
-def one_run(index, rows: np.ndarray, start: int, calls: int, mixing) -> float:
+def one_run(index, rows: np.ndarray, start: int, calls: int, mixing, warm_rows=None) -> float:
+    """Median CPU time per call of a fresh processor over rows' prefixes start .. start + calls;
+    with warm_rows, the processor first runs untimed over those (other documents' prefixes, so its
+    caches hold what a long-lived processor's would, not these contexts)."""
     proc = InfiniGramLogitsProcessor(index, 0.5, 0.3, mixing=mixing, eos_token_id=0)
     gen = torch.Generator().manual_seed(0)
+    if warm_rows is not None:
+        for t in range(start, warm_rows.shape[1] + 1):
+            proc(torch.from_numpy(warm_rows[:, :t]), torch.randn(warm_rows.shape[0], 32000, generator=gen))
     times = []
     for t in range(start, start + calls):
         ids = torch.from_numpy(rows[:, :t])
@@ -59,6 +67,8 @@ def main(argv=None) -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--variants", nargs="+", default=None, help="learned variants to time (default: all)")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="untimed calls per processor first, over other held-out documents (0: cold caches)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     index = ppl_setup.reference_index("all", progress=False)
@@ -73,11 +83,17 @@ def main(argv=None) -> None:
         models = {k: models[k] for k in args.variants}
     for b in args.batches:
         rows = np.stack([d[: args.prompt_len + args.calls] for d in docs[:b]]).astype(np.int64)
+        warm = None
+        if args.warm:
+            others = [d for d in docs[b:] if len(d) >= args.prompt_len + args.warm]
+            if len(others) < b:
+                raise SystemExit(f"--warm {args.warm}: not enough other held-out documents")
+            warm = np.stack([d[: args.prompt_len + args.warm] for d in others[:b]]).astype(np.int64)
         times: dict = {"two-λ": [], **{k: [] for k in models}}
         for _ in range(args.runs):  # interleaved: every run measures all variants
-            times["two-λ"].append(one_run(index, rows, args.prompt_len, args.calls, None))
+            times["two-λ"].append(one_run(index, rows, args.prompt_len, args.calls, None, warm))
             for k, m in models.items():
-                times[k].append(one_run(index, rows, args.prompt_len, args.calls, m))
+                times[k].append(one_run(index, rows, args.prompt_len, args.calls, m, warm))
         base = times["two-λ"]
         line = [f"batch {b}: two-λ {1e3 * statistics.median(base):.3f} ms CPU/call"]
         for k in models:
