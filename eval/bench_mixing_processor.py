@@ -78,6 +78,8 @@ def main(argv=None) -> None:
               f"all {len(FEATURES)} features": mlp(tuple(FEATURES)),
               "several orders": mlp(DEFAULT_FEATURES, levels=DEFAULT_LEVELS),
               "level 1": mlp(DEFAULT_FEATURES, levels=("1",)),
+              "level 2": mlp(DEFAULT_FEATURES, levels=("2",)),
+              "level 3": mlp(DEFAULT_FEATURES, levels=("3",)),
               "level L/2": mlp(DEFAULT_FEATURES, levels=("L/2",))}
     if args.variants:
         models = {k: models[k] for k in args.variants}

@@ -23,8 +23,9 @@ class LevelDistributions:
     """Distributions of suffixes of a batch's rows, by the suffixes' tokens (LRU).
 
     Args:
-        query: `(rows, lengths) -> BatchNextTokenDistributions` of rows[i]'s last lengths[i]
-            tokens (the processor's cached fixed-n query).
+        query: `(values, offsets) -> BatchNextTokenDistributions`: the fixed-n distributions of a
+            batch of contexts given flat (uint32 ids, int64 offsets), e.g. the index's
+            `infgram_ntd_batch(values, offsets=offsets, infinite=False)`.
         entries: `(d, n) -> (row, token, count, total)` with end-of-document handled (the
             processor's `_entries`).
         max_items: suffixes kept (0: none, every call queries).
@@ -70,15 +71,17 @@ class LevelDistributions:
         return row_of, tok, p, np.array([g[2] for g in got], dtype=np.float64)
 
     def _fetch(self, rows: np.ndarray, lengths: np.ndarray) -> list:
-        """(tokens, probabilities, count) of each row's last lengths[i] tokens: one batched query."""
-        d = self._query(rows, lengths)
-        r, t, c, tot = self._entries(d, len(rows))
-        bounds = np.searchsorted(r, np.arange(len(rows) + 1))  # (entries come row by row)
-        out = []
-        for i in range(len(rows)):
-            a, b = bounds[i], bounds[i + 1]
-            out.append((t[a:b].copy(), c[a:b] / max(tot[i], 1.0), float(tot[i])))
-        return out
+        """(tokens, probabilities, count) of each row's last lengths[i] tokens: one batched query.
+        (The rows' arrays are views of the batch's: a kept row keeps its batch's arrays alive.)"""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        cols = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1] - rows.shape[1] + lengths, lengths)
+        flat = np.ascontiguousarray(rows[np.repeat(np.arange(len(rows)), lengths), cols], dtype=np.uint32)
+        r, t, c, tot = self._entries(self._query(flat, offsets), len(rows))
+        p = c / np.maximum(tot, 1.0)[r]
+        bounds = np.searchsorted(r, np.arange(len(rows) + 1)).tolist()  # (entries come row by row)
+        return [(t[a:b], p[a:b], total) for a, b, total in zip(bounds[:-1], bounds[1:], tot.tolist())]
 
 
 __all__ = ["LevelDistributions"]

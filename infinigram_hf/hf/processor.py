@@ -127,7 +127,7 @@ class InfiniGramLogitsProcessor(_Base):
         # a model mixing several orders: its levels' distributions by suffix, ready to mix (a
         # level's suffix always occurs: its fixed-n distribution, one batched query for the misses)
         self._levels = LevelDistributions(
-            lambda rows, lengths: index.infgram_ntd_batch(rows, infinite=False, lengths=lengths, padding_side="left"),
+            lambda values, offsets: index.infgram_ntd_batch(values, offsets=offsets, infinite=False),
             lambda d, n: self._entries(d, n, self._checked_width), max_items=cache_size)
 
     # ------------------------------------------------------------ contexts

@@ -274,9 +274,9 @@ def test_level_distributions_cache_by_suffix():
     dists = {(): {1: 3, 2: 1}, (5,): {7: 2}, (5, 6): {9: 1}, (6,): {1: 1, 3: 1, 4: 2}}
     calls = []
 
-    def query(rows, lengths):
-        calls.append(len(rows))
-        return [dists[tuple(r[len(r) - m:].tolist()) if m else ()] for r, m in zip(rows, lengths)]
+    def query(values, offsets):
+        calls.append(len(offsets) - 1)
+        return [dists[tuple(values[a:b].tolist())] for a, b in zip(offsets[:-1], offsets[1:])]
 
     def entries(d, n):
         r = np.concatenate([[i] * len(x) for i, x in enumerate(d)] or [[]]).astype(np.int64)
