@@ -98,6 +98,7 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
     keep_mask = ~np.isin(test_all.doc_index, dropped)
 
     family, dev = choose_family(val_all)
+    levels = tuple(getattr(args, "levels", None) or DEFAULT_LEVELS)
     rows, fits, orders = [], {}, {}
     for frac, (val, test) in scores.items():
         two = tune_lambdas(val)
@@ -105,9 +106,9 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
         other = {k: fit_mixing(val, **kw).model for k, kw in FAMILIES.items() if k != family}
         fits[frac] = fit
         index = spec["index"](frac)
-        val, test = add_levels(val, val_docs, index), add_levels(test, test_docs, index)
+        val, test = add_levels(val, val_docs, index, levels), add_levels(test, test_docs, index, levels)
         scores[frac] = (val, test)
-        orders[frac] = fit_mixing(val, family="mlp", hidden=16, levels=DEFAULT_LEVELS,
+        orders[frac] = fit_mixing(val, family="mlp", hidden=16, levels=levels,
                                   info=dict(domain=args.domain, datastore=frac))
         for setting, mask in (("as is", np.ones(len(test), bool)), ("decontaminated", keep_mask)):
             t = test.select(mask)
@@ -137,7 +138,7 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
     d = test.select(keep_mask)
     by_bucket_deco = buckets(d, lp_two[keep_mask], lp_learn[keep_mask], lam_two[keep_mask], model.lambdas(d),
                              lp_orders[keep_mask])
-    mean_weights = dict(zip(["neural", "infgram"] + [f"level {n}" for n in DEFAULT_LEVELS],
+    mean_weights = dict(zip(["neural", "infgram"] + [f"level {n}" for n in levels],
                             orders["all"].model.weights(test).mean(axis=0).tolist()))
 
     info = json.loads((spec["model_dir"] / "train_info.json").read_text())
@@ -146,12 +147,14 @@ def report(args, spec, val_docs, test_docs, scores) -> None:
                test_tokens=len(test_all), features=list(fits["all"].model.features), family=family, family_dev_ppl=dev,
                decontamination=dict(n=13, threshold=0.8, dropped_docs=len(dropped),
                                     dropped_tokens=int((~keep_mask).sum()), overlaps=overlaps),
-               levels=list(DEFAULT_LEVELS), orders_mean_weights=mean_weights,
+               levels=list(levels), orders_mean_weights=mean_weights,
                rows=rows, by_bucket=by_bucket, by_bucket_decontaminated=by_bucket_deco)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
         # the whole splits (--val-tokens 0 --test-tokens 0) under their own names
         tag = args.domain + ("_full" if not args.val_tokens and not args.test_tokens else "")
+        if levels != DEFAULT_LEVELS:  # other levels: their own files ("L/2" written "Lhalf")
+            tag += "_levels_" + "_".join(n.replace("/2", "half").replace("-", "minus") for n in levels)
         (HERE / "results" / f"mixing_{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
         model.save(HERE / "results" / f"mixing_model_{tag}.json")
         orders["all"].model.save(HERE / "results" / f"mixing_orders_model_{tag}.json")
@@ -165,7 +168,8 @@ def print_tables(out: dict) -> None:
           f"{out['stride']}; family {out['family']} (dev PPL: "
           + ", ".join(f"{k} {v:.3f}" for k, v in out["family_dev_ppl"].items())
           + f"); decontaminated: {dc['dropped_docs']} docs / {dc['dropped_tokens']:,} tokens dropped "
-          f"(>= {dc['threshold']:.0%} of token 13-grams in the full datastore)\n")
+          f"(>= {dc['threshold']:.0%} of token 13-grams in the full datastore); several orders = levels "
+          f"{', '.join(out.get('levels', DEFAULT_LEVELS))}\n")
     print("| datastore | held-out | tokens | neural PPL | two-λ PPL (λs, λd) | two-λ impr. | learned PPL | "
           "learned impr. | other family PPL | several orders PPL | several orders impr. |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -3,6 +3,7 @@ the breakdown by effective n and sparsity, and decontaminated held-out sets.
 
     nice -n 10 .venv-test/bin/python eval/mixing_table.py --domain stdlib
     nice -n 10 .venv-test/bin/python eval/mixing_table.py --domain linux
+    nice -n 10 .venv-test/bin/python eval/mixing_table.py --domain linux --levels 2   # a one-level model
 
 stdlib: the eval GPT-2 (<cache>/gpt2-small-stdlib), datastore ¼ / ½ / all of stdlib.reference,
 fit on stdlib.validation, evaluate on stdlib.heldout. linux: <cache>/gpt2-small-linux, datastore
@@ -121,6 +122,8 @@ def main(argv=None) -> None:
     ap.add_argument("--reuse-model-pass", action="store_true",
                     help="score the smaller datastores with with_index (no model pass; no agreement features)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--levels", nargs="+", default=None,
+                    help="the several-orders model's levels (default: the package's, L-1 L/2 1)")
     args = ap.parse_args(argv)
 
     import torch
