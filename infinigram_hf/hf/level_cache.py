@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..lm.orders import gather_suffixes
+
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0)
 
@@ -73,11 +75,8 @@ class LevelDistributions:
     def _fetch(self, rows: np.ndarray, lengths: np.ndarray) -> list:
         """(tokens, probabilities, count) of each row's last lengths[i] tokens: one batched query.
         (The rows' arrays are views of the batch's: a kept row keeps its batch's arrays alive.)"""
-        lengths = np.asarray(lengths, dtype=np.int64)
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        cols = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1] - rows.shape[1] + lengths, lengths)
-        flat = np.ascontiguousarray(rows[np.repeat(np.arange(len(rows)), lengths), cols], dtype=np.uint32)
+        # each row's suffix ends where the row does in the flattened batch
+        flat, offsets = gather_suffixes(rows.reshape(-1), np.arange(1, len(rows) + 1) * rows.shape[1], lengths)
         r, t, c, tot = self._entries(self._query(flat, offsets), len(rows))
         p = c / np.maximum(tot, 1.0)[r]
         bounds = np.searchsorted(r, np.arange(len(rows) + 1)).tolist()  # (entries come row by row)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from ..lm.learned_mixing import AGREEMENT_FLOOR, level_inputs
+from ..lm.learned_mixing import AGREEMENT_FLOOR, available_components, level_inputs
 
 
 def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
@@ -332,10 +332,7 @@ class HostMixing:
         if level_count.shape != (n, k - 2):
             raise ValueError(f"level counts of shape {level_count.shape} for {n} rows and {k - 2} levels")
         extra = np.ascontiguousarray(level_inputs(level_count))
-        available = np.empty((n, k), dtype=bool)
-        available[:, 0] = True
-        available[:, 1] = active
-        np.logical_and(level_count > 0, np.asarray(active, dtype=bool)[:, None], out=available[:, 2:])
+        available = available_components(active, level_count > 0)
         out = np.empty((n, k))
         rows = _c_distributions(d, n)
         err = err_buffer()

@@ -160,6 +160,18 @@ def masked_softmax(z: np.ndarray, available: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def available_components(has_infgram: np.ndarray, has_level: np.ndarray) -> np.ndarray:
+    """(tokens, 2 + levels) which components a several-orders model mixes for each context: the
+    model always, the ∞-gram where it has an estimate, a level where it exists and the ∞-gram
+    does (the rows the processor leaves neural get the model alone)."""
+    has_infgram = np.asarray(has_infgram, bool)
+    out = np.empty((len(has_infgram), 2 + np.shape(has_level)[1]), dtype=bool)
+    out[:, 0] = True
+    out[:, 1] = has_infgram
+    np.logical_and(has_level, has_infgram[:, None], out=out[:, 2:])
+    return out
+
+
 def level_inputs(level_count: np.ndarray) -> np.ndarray:
     """The inputs a model mixing several orders adds per level: ln(1 + count of its suffix)."""
     return np.log1p(np.maximum(np.asarray(level_count, dtype=np.float64), 0.0))
@@ -263,9 +275,7 @@ class MixingModel:
     def weights_from_inputs(self, x: np.ndarray, has_infgram: np.ndarray, has_level: np.ndarray) -> np.ndarray:
         """`weights` of a model mixing several orders from its raw inputs x, and which contexts have
         an ∞-gram estimate and which levels exist (tokens, levels)."""
-        avail = np.concatenate([np.ones((len(x), 1), bool), np.asarray(has_infgram, bool)[:, None],
-                                np.asarray(has_level, bool) & np.asarray(has_infgram, bool)[:, None]], axis=1)
-        return masked_softmax(self.outputs(x), avail)
+        return masked_softmax(self.outputs(x), available_components(has_infgram, has_level))
 
     def lambdas(self, scores: TokenScores) -> np.ndarray:
         """λ of every token of `scores` (0 where the context has no ∞-gram estimate); for a model
