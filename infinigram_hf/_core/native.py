@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - only when the package was not b
 ffi, lib = _lib.ffi, _lib.lib
 
 # The C API this Python code calls: IG_API_VERSION of native/include/infinigram.h.
-C_API_VERSION = 9
+C_API_VERSION = 10
 
 
 def check_api_version(core_lib, expected: int = C_API_VERSION) -> None:

@@ -1,44 +1,42 @@
-"""The levels' distributions a processor mixing several orders needs, cached by suffix.
+"""The levels' distributions a processor mixing several orders needs, at every decoding step.
 
-A level's estimate depends on its suffix's tokens alone (`infinigram_hf.lm.orders`), and short
-suffixes repeat all the time: the bigram level's suffix is one token, and "L − 1" of a context
-matched by one token is the empty suffix, the unigram (the whole vocabulary). So they are kept
-by their tokens, ready to mix: tokens with end-of-document already moved to the EOS id and
-probabilities. A hit costs a dictionary lookup; the index's cache (`SuffixCache`, keyed by
-decoding state) would first find the suffix's state, a binary search and a few numpy calls per
-level, and then its entries would go through the end-of-document handling again every step.
+A level's estimate depends on its suffix's tokens alone (`infinigram_hf.lm.orders`): the
+fixed-n distribution of the row's last m tokens. All the levels of all the rows of a step are
+one flat batch, and the distributions come back as the entries a mixture adds up, end-of-document
+already moved to the EOS id: for a local index one C run and one C copy straight from the rows
+(`infinigram_hf.index.batch.suffix_probs_batch`, tens of microseconds, no Python per row).
+
+Other indexes (served, routed, a difference) answer through their batched query, a round trip
+each: there the distributions are also kept by their suffix's tokens (LRU). Short suffixes
+repeat all the time (the bigram level's suffix is one token), so a hit saves the round trip.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
-
-from ..lm.orders import gather_suffixes
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0)
 
 
 class LevelDistributions:
-    """Distributions of suffixes of a batch's rows, by the suffixes' tokens (LRU).
+    """Distributions of suffixes of a batch's rows.
 
     Args:
-        query: `(values, offsets) -> BatchNextTokenDistributions`: the fixed-n distributions of a
-            batch of contexts given flat (uint32 ids, int64 offsets), e.g. the index's
-            `infgram_ntd_batch(values, offsets=offsets, infinite=False)`.
-        entries: `(d, n) -> (row, token, count, total)` with end-of-document handled (the
-            processor's `_entries`).
-        max_items: suffixes kept (0: none, every call queries).
+        probs: `(rows, which, lengths) -> (item, token, P, total)`: the fixed-n distributions
+            of the last lengths[i] tokens of rows[which[i]] as entries ready to mix (item = i,
+            end-of-document handled) and each suffix's count (`suffix_probs_batch`'s form).
+        max_items: suffixes kept by their tokens (0: none, every step queries them all: right
+            for a local index, whose query costs less than the bookkeeping).
         max_entries: entries kept over all suffixes (16 bytes each; the default, 2^21, is 32 MiB:
             the unigram alone is the vocabulary).
     """
 
-    def __init__(self, query: Callable[[np.ndarray, np.ndarray], Any],
-                 entries: Callable[[Any, int], tuple], max_items: int = 4096, max_entries: int = 1 << 21):
-        self._query = query
-        self._entries = entries
+    def __init__(self, probs: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple], max_items: int = 4096,
+                 max_entries: int = 1 << 21):
+        self._probs = probs
         self.max_items = int(max_items)
         self.max_entries = int(max_entries)
         self._items: OrderedDict = OrderedDict()  # suffix bytes -> (tokens, probabilities, count)
@@ -46,9 +44,11 @@ class LevelDistributions:
         self.stats = {"hits": 0, "queried": 0}
 
     def gather(self, rows: np.ndarray, sel: np.ndarray, lengths: np.ndarray) -> tuple:
-        """The distributions of rows[sel[i]]'s last lengths[i] tokens as (row, token, P) entries
-        (row = the row in `rows`) and each suffix's count (the distribution's total, 0 for none).
-        rows: (batch, width) int64 ids."""
+        """The distributions of rows[sel[i]]'s last lengths[i] tokens as (i, token, P) entries,
+        and each suffix's count (its distribution's total, 0 for none). rows: (batch, width) ids."""
+        if not self.max_items:
+            self.stats["queried"] += len(sel)
+            return self._fetch(rows, sel, lengths)
         width = rows.shape[1]
         keys = [rows[r, width - m:].tobytes() if m else b"" for r, m in zip(sel.tolist(), lengths.tolist())]
         got = [self._items.get(k) for k in keys]
@@ -59,28 +59,28 @@ class LevelDistributions:
             if got[i] is not None:
                 self._items.move_to_end(k)
         if missing:
-            for i, item in zip(missing, self._fetch(rows[sel[missing]], lengths[missing])):
+            for i, item in zip(missing, self._split(*self._fetch(rows, sel[missing], lengths[missing]))):
                 got[i] = item
-                if self.max_items and keys[i] not in self._items:
+                if keys[i] not in self._items:
                     self._items[keys[i]] = item
                     self._held += len(item[0])
             while self._items and (len(self._items) > self.max_items or self._held > self.max_entries):
                 self._held -= len(self._items.popitem(last=False)[1][0])
         sizes = [len(g[0]) for g in got]
-        row_of = np.repeat(sel, sizes) if got else _EMPTY_I
+        item = np.repeat(np.arange(len(got)), sizes) if got else _EMPTY_I
         tok = np.concatenate([g[0] for g in got]) if got else _EMPTY_I
         p = np.concatenate([g[1] for g in got]) if got else _EMPTY_F
-        return row_of, tok, p, np.array([g[2] for g in got], dtype=np.float64)
+        return item, tok, p, np.array([g[2] for g in got], dtype=np.float64)
 
-    def _fetch(self, rows: np.ndarray, lengths: np.ndarray) -> list:
-        """(tokens, probabilities, count) of each row's last lengths[i] tokens: one batched query.
-        (The rows' arrays are views of the batch's: a kept row keeps its batch's arrays alive.)"""
-        # each row's suffix ends where the row does in the flattened batch
-        flat, offsets = gather_suffixes(rows.reshape(-1), np.arange(1, len(rows) + 1) * rows.shape[1], lengths)
-        r, t, c, tot = self._entries(self._query(flat, offsets), len(rows))
-        p = c / np.maximum(tot, 1.0)[r]
-        bounds = np.searchsorted(r, np.arange(len(rows) + 1)).tolist()  # (entries come row by row)
-        return [(t[a:b], p[a:b], total) for a, b, total in zip(bounds[:-1], bounds[1:], tot.tolist())]
+    def _fetch(self, rows: np.ndarray, sel: np.ndarray, lengths: np.ndarray) -> tuple:
+        """(item, token, P, total) of rows[sel[i]]'s last lengths[i] tokens: one batched query."""
+        return self._probs(rows, sel, lengths)
+
+    @staticmethod
+    def _split(item: np.ndarray, tok: np.ndarray, p: np.ndarray, total: np.ndarray) -> list:
+        """(tokens, P, count) per suffix, views of the batch's arrays (entries come item by item)."""
+        bounds = np.searchsorted(item, np.arange(len(total) + 1)).tolist()
+        return [(tok[a:b], p[a:b], t) for a, b, t in zip(bounds[:-1], bounds[1:], total.tolist())]
 
 
 __all__ = ["LevelDistributions"]

@@ -7,12 +7,13 @@ rest runs where the scores are.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
 
 from .._core.native import check, err_buffer, ffi, lib, ptr
-from ..lm.learned_mixing import AGREEMENT_FLOOR, available_components, level_inputs
+from ..lm.learned_mixing import AGREEMENT_FLOOR
 
 
 def mix_sparse(logp: torch.Tensor, row_of: np.ndarray, tok: np.ndarray, logv: np.ndarray,
@@ -292,6 +293,9 @@ class HostMixing:
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
             self.plan = [(w, b - w @ model.mean)] + rest
         self._net = self._native_net() if self.plan is not None else None
+        # the levels as ig_mix_orders_f32 reads them: -1 = "L-1", -2 = "L/2", k = "k"
+        self._level_rules = np.array([{"L-1": -1, "L/2": -2}.get(name) or int(name) for name in model.levels],
+                                     dtype=np.int64)
 
     def _native_net(self):
         """The prepared plan as the C core's ig_mixing_net (its arrays kept alive with it)."""
@@ -327,18 +331,46 @@ class HostMixing:
         not all computed by the call (or it has no levels)."""
         if self._net is None or not self.model.levels:
             return None
-        n, k = len(active), 2 + len(self.model.levels)
-        level_count = np.asarray(level_count, dtype=np.float64)
-        if level_count.shape != (n, k - 2):
-            raise ValueError(f"level counts of shape {level_count.shape} for {n} rows and {k - 2} levels")
-        extra = np.ascontiguousarray(level_inputs(level_count))
-        available = available_components(active, level_count > 0)
-        out = np.empty((n, k))
+        n, levels = len(active), len(self.model.levels)
+        level_count = np.ascontiguousarray(level_count, dtype=np.float64)
+        if level_count.shape != (n, levels):
+            raise ValueError(f"level counts of shape {level_count.shape} for {n} rows and {levels} levels")
+        active = np.ascontiguousarray(active, dtype=bool)
+        out = np.empty((n, 2 + levels))
         rows = _c_distributions(d, n)
         err = err_buffer()
-        check(lib.ig_mixing_weights(self._net[0], n, *rows, k - 2, ptr(extra, "double"), ptr(available, "uint8_t"),
-                                    ptr(out, "double"), err, len(err)), err)
+        # (the levels' inputs ln(1 + count) and which components a row has: computed in C, as
+        # level_inputs and available_components write them)
+        check(lib.ig_mixing_weights(self._net[0], n, *rows, ptr(active, "uint8_t"), levels,
+                                    ptr(level_count, "double"), ptr(out, "double"), err, len(err)), err)
         return out
+
+    def mix_orders(self, index, rows: np.ndarray, d, logp: torch.Tensor, min_effective_n: int,
+                   eos_token_id: Optional[int]) -> bool:
+        """A whole decoding step of a model mixing several orders in one C call
+        (ig_mix_orders_f32: the levels' distributions from the local `index`, the weights and the
+        mixture into logp, in place): what the processor's numpy path computes, without its
+        dozens of small numpy and cffi calls. rows: the step's (batch, width) ids; d: their
+        ∞-gram distributions. False (nothing done) where the call does not apply: features it
+        does not compute, or logp not float32 rows on the CPU."""
+        out = _c_rows(logp)
+        if self._net is None or not self.model.levels or out is None:
+            return False
+        n = len(rows)
+        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(n, -1)
+        offsets, counts, n_counts, total, suffix_len, sparse = _c_distributions(d, n)
+        tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
+        if len(tokens) != n_counts:
+            raise ValueError(f"distributions with {len(tokens)} tokens and {n_counts} counts")
+        err = err_buffer()
+        with index.native_handle() as ix:
+            rc = lib.ig_mix_orders_f32(ix, self._net[0], ptr(rows, "int64_t"), n, rows.shape[1], offsets,
+                                       ptr(tokens, "uint32_t"), counts, n_counts, total, suffix_len, sparse,
+                                       min_effective_n, len(self._level_rules), ptr(self._level_rules, "int64_t"),
+                                       -1 if eos_token_id is None else eos_token_id, out, logp.shape[1], err,
+                                       len(err))
+        check(rc, err)
+        return True
 
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
         """λ from the rows' HOST_COLUMNS and the model's log-probabilities (`learned_lambdas_host`)."""

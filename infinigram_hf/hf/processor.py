@@ -19,6 +19,7 @@ import torch
 from .._core.args import INT32_MAX, int_arg, opt_int_arg
 from .._core.ids import to_numpy
 from ..index import InfiniGramIndex
+from ..index.batch import suffix_probs_batch
 from ..index.infinigram_index import as_index
 from ..index.row_states import RowStates
 from .._core.tokenization import check_tokenizer
@@ -27,7 +28,7 @@ from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
 from .level_cache import LevelDistributions
 from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_sum
-from ..lm.orders import level_lengths
+from ..lm.orders import gather_suffixes, level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
 try:  # subclass transformers' base class when available (it only documents the call signature)
@@ -125,11 +126,18 @@ class InfiniGramLogitsProcessor(_Base):
         # DifferenceIndex answers through its cache
         self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else \
             getattr(self._cache, "row_states", lambda: None)()
-        # a model mixing several orders: its levels' distributions by suffix, ready to mix (a
-        # level's suffix always occurs: its fixed-n distribution, one batched query for the misses)
-        self._levels = LevelDistributions(
-            lambda values, offsets: index.infgram_ntd_batch(values, offsets=offsets, infinite=False),
-            lambda d, n: self._entries(d, n, self._checked_width), max_items=cache_size)
+        # a model mixing several orders: its levels' distributions, ready to mix (a level's
+        # suffix always occurs: its fixed-n distribution); a local index answers a step's levels
+        # in one C run, others by batched query, their answers kept by suffix
+        # ... and for the default features, the whole step in one C call (HostMixing.mix_orders)
+        self._fused_orders = isinstance(index, InfiniGramIndex) and mixing is not None and bool(mixing.levels)
+        if isinstance(index, InfiniGramIndex):
+            self._levels = LevelDistributions(
+                lambda rows, which, lengths: suffix_probs_batch(index, rows, which, lengths,
+                                                                eos_token_id=self.eos_token_id),
+                max_items=0)
+        else:
+            self._levels = LevelDistributions(self._level_probs, max_items=cache_size)
 
     # ------------------------------------------------------------ contexts
 
@@ -145,15 +153,19 @@ class InfiniGramLogitsProcessor(_Base):
         return row[context_start(row, self.index.vocab_size, eos_token_id=self.eos_token_id,
                                  pad_token_id=self.pad_token_id):]
 
-    def _query(self, rows_np: np.ndarray, width: int):
-        """Every row's ∞-gram distribution, one batched, cached query: (d, row, token, count
-        entries, total per row); see `_entries`."""
+    def _distributions(self, rows_np: np.ndarray):
+        """Every row's ∞-gram distribution, one batched, cached query."""
         starts = self.context_starts(rows_np)
         if self._rows is not None:
             d = self._rows.ntd(rows_np, starts)
         else:
             d = self._cache.ntd_batch(rows_np, lengths=rows_np.shape[1] - starts, padding_side="left")
         self._copy_len = d.suffix_len  # the longest verbatim copy ending each row (for the report)
+        return d
+
+    def _query(self, rows_np: np.ndarray, width: int):
+        """`_distributions` and their (row, token, count) entries and total per row (`_entries`)."""
+        d = self._distributions(rows_np)
         return (d,) + self._entries(d, len(rows_np), width)
 
     def _p_inf(self, rows_np: np.ndarray, width: int, logp: torch.Tensor):
@@ -204,33 +216,54 @@ class InfiniGramLogitsProcessor(_Base):
                 row_of, tok = key // width, key % width
         return row_of, tok, cnt, total
 
+    def _level_probs(self, rows: np.ndarray, which: np.ndarray, lengths: np.ndarray) -> tuple:
+        """`suffix_probs_batch` for any index: the suffixes gathered, its batched fixed-n query,
+        then `_entries`."""
+        # each suffix ends where its row does in the flattened batch
+        values, offsets = gather_suffixes(rows.reshape(-1), (which + 1) * rows.shape[1], lengths)
+        d = self.index.infgram_ntd_batch(values, offsets=offsets, infinite=False)
+        item, tok, cnt, total = self._entries(d, len(which), self._checked_width)
+        return item, tok, cnt / np.maximum(total, 1.0)[item], total
+
     def _mix_orders(self, rows_np: np.ndarray, logp: torch.Tensor, width: int) -> torch.Tensor:
         """Mix a model over several orders into logp: the longest match's distribution and each
         level's (the same rows' shorter suffixes, `LevelDistributions`), weights from the mixing
         model on the host (one C call for the default features, `HostMixing.native_weights`).
         Every component's weighted entries go to `mix_sum`, which adds them up per (row, token)
-        and mixes them with the model's share (one C call on the CPU)."""
+        and mixes them with the model's share (one C call on the CPU).
+        A local index, the default features and float32 scores on the CPU: the whole step is one
+        C call instead (`HostMixing.mix_orders`), the same arithmetic."""
         n = len(rows_np)
-        d, row_of, tok, cnt, total = self._query(rows_np, width)
+        if self._fused_orders:
+            d = self._distributions(rows_np)
+            if self._host_mixing.mix_orders(self.index, rows_np, d, logp, self.min_effective_n, self.eos_token_id):
+                return logp
+            row_of, tok, cnt, total = self._entries(d, n, width)
+        else:
+            d, row_of, tok, cnt, total = self._query(rows_np, width)
         active = self._active(d, total)
         p_inf = cnt / np.maximum(total[row_of], 1.0)
         lengths = level_lengths(self.mixing.levels, d.suffix_len)
         level_count = np.zeros(lengths.shape)
-        parts = []  # (level, rows, tokens, P_m) of every level's entries
-        for j in range(lengths.shape[1]):
-            sel = np.flatnonzero(active & (lengths[:, j] >= 0))
-            if len(sel):
-                r, t, p, level_count[sel, j] = self._levels.gather(rows_np, sel, lengths[sel, j])
-                parts.append((j, r, t, p))
+        pair_row, pair_level = np.nonzero(active[:, None] & (lengths >= 0))  # every (row, level) that exists
+        if len(pair_row):  # all of them in one query
+            pair, tok_m, p_m, level_count[pair_row, pair_level] = self._levels.gather(
+                rows_np, pair_row, lengths[pair_row, pair_level])
         w = self._host_mixing.native_weights(d, level_count, active)
         if w is None:  # features the C call does not compute: numpy
             entries = (row_of, tok, np.log(np.maximum(p_inf, 1e-300))) if uses_agreement(self.mixing.features) else None
             x = host_features(self.mixing.features, self._host_columns(d, n), logp, entries)
             w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
                                                 level_count > 0)
-        rows = np.concatenate([row_of] + [r for _, r, _, _ in parts])
-        toks = np.concatenate([tok] + [t for _, _, t, _ in parts])
-        vals = np.concatenate([w[row_of, 1] * p_inf] + [w[r, 2 + j] * p for j, r, _, p in parts])
+        if not len(pair_row):  # no level anywhere: the ∞-gram against the model, λ = its weight
+            lam = w[:, 1]
+            keep = lam[row_of] > 0
+            row_of, tok = row_of[keep], tok[keep]
+            return mix_sparse(logp, row_of, tok, np.log(lam[row_of] * p_inf[keep]), lam)
+        r_m = pair_row[pair]
+        rows = np.concatenate([row_of, r_m])
+        toks = np.concatenate([tok, tok_m])
+        vals = np.concatenate([w[row_of, 1] * p_inf, w[r_m, 2 + pair_level[pair]] * p_m])
         return mix_sum(logp, rows, toks, vals, w[:, 0])
 
     def _host_columns(self, d: Any, n: int) -> np.ndarray:

@@ -244,6 +244,46 @@ def ntd_batch(index: "InfiniGramIndex", prompts: Any, *, infinite: bool = True, 
     return collect_ntd_batch(out[0])
 
 
+def suffix_probs_batch(index: "InfiniGramIndex", rows: np.ndarray, which: np.ndarray, lengths: np.ndarray, *,
+                       eos_token_id: Optional[int], infinite: bool = False,
+                       max_entries: Optional[int] = DEFAULT_MAX_ENTRIES) -> tuple:
+    """The next-token distributions after suffixes of a batch's rows -- query i is the last
+    ``lengths[i]`` ids of ``rows[which[i]]``, fixed n by default -- as the entries a mixture adds
+    up: (query, token, P) int64, int64, float64 arrays, end-of-document given to
+    ``eos_token_id`` (merged with its own entry where EOS is also a real next token) or, for
+    None, dropped and the query's distribution renormalized; and each query's total after that
+    (float64, 0: no entries). One C run and one C copy, no Python per query: a processor mixing
+    several orders calls it at every decoding step for its levels. rows: (n_rows, width) ids."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    which = np.ascontiguousarray(which, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if rows.ndim != 2 or which.shape != lengths.shape or which.ndim != 1:
+        raise ValueError(f"rows must be 2-D and which, lengths 1-D of one length; got shapes {rows.shape}, "
+                         f"{which.shape}, {lengths.shape}")
+    n = len(which)
+    out = ffi.new("ig_ntd_batch **")
+    err = err_buffer()
+    mode = lib.IG_NTD_INFGRAM if infinite else lib.IG_NTD_NGRAM
+    with index.native_handle() as ix:
+        rc = lib.ig_ntd_batch_tails(ix, ptr(rows, "int64_t"), rows.shape[0], rows.shape[1], ptr(which, "int64_t"),
+                                    ptr(lengths, "int64_t"), n, mode, 0, max_entries_arg(max_entries), 0, out, err,
+                                    len(err))
+    check(rc, err)
+    handle = out[0]
+    try:
+        m = int(lib.ig_ntd_batch_entries(handle))
+        query, tokens, probs = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.empty(m)
+        totals = np.empty(n)
+        got = ffi.new("int64_t *")
+        eos = -1 if eos_token_id is None else int(eos_token_id)
+        check(lib.ig_ntd_batch_probs(handle, index.separator_id, eos, ptr(query, "int64_t"), ptr(tokens, "int64_t"),
+                                     ptr(probs, "double"), m, got, ptr(totals, "double"), err, len(err)), err)
+    finally:
+        lib.ig_ntd_batch_free(handle)
+    k = int(got[0])
+    return query[:k], tokens[:k], probs[:k], totals
+
+
 # ---------------------------------------------------------------------------- dense scoring
 
 

@@ -21,11 +21,13 @@
  *   infinigram_trace.h   tracing texts to the corpus     ig_creativity_batch, ig_attribute_batch,
  *                        (creativity, attribution)       ig_locate_ranges, ig_doc_window
  *   infinigram_mixing.h  learned mixing weights and the  ig_mixing_lambdas, ig_mixing_weights,
- *                        mixtures on float32 rows        ig_mix_sparse_f32, ig_mix_sum_f32
+ *                        mixtures on float32 rows        ig_mix_sparse_f32, ig_mix_sum_f32,
+ *                                                        ig_mix_orders_f32
  *
- * Next-token distributions have three doors: ig_ntd (one context, fixed n, caller buffers),
- * ig_ntd_batch_run (many queries, fixed n or ∞-gram) and ig_ntd_batch_states (many decoding
- * states). The Python package uses the two batch runs (a single context is a batch of one).
+ * Next-token distributions have four doors: ig_ntd (one context, fixed n, caller buffers),
+ * ig_ntd_batch_run (many queries, fixed n or ∞-gram), ig_ntd_batch_tails (suffixes of the rows of
+ * a matrix of ids) and ig_ntd_batch_states (many decoding states). The Python package uses the
+ * batch runs (a single context is a batch of one).
  *
  * Conventions (see docs/FORMAT.md for the files):
  *  - Token ids cross the API as uint32_t whatever the on-disk width; lengths are explicit.
@@ -48,7 +50,7 @@ extern "C" {
 /* The version of this API: raised whenever a declaration or a constant of these headers
    changes, so that a program (the Python package included) can refuse a core built from other
    headers. ig_api_version() is the IG_API_VERSION the library was compiled with. */
-#define IG_API_VERSION 9
+#define IG_API_VERSION 10
 int ig_api_version(void);
 
 #define IG_OK 0

@@ -65,6 +65,13 @@ int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_value
 int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
                         int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
                         size_t errlen);
+/* The same (fixed n or ∞-gram) for n suffixes of the rows of a (n_rows x width) int64 matrix:
+   query i is the last lengths[i] ids of row which[i] (the levels of a decoding step's rows,
+   without gathering them first). Ids outside the vocabulary are refused (IG_ERR_ARG). */
+int ig_ntd_batch_tails(const ig_index *ix, const int64_t *rows, int64_t n_rows, int64_t width,
+                       const int64_t *which, const int64_t *lengths, int64_t n, int mode,
+                       int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out,
+                       char *err, size_t errlen);
 int64_t ig_ntd_batch_rows(const ig_ntd_batch *b);
 int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
 /* Rows as CSR: row i's distinct next tokens (increasing ids) and counts are
@@ -75,6 +82,16 @@ int64_t ig_ntd_batch_entries(const ig_ntd_batch *b);
 int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tokens,
                       uint64_t *counts, int64_t cap, int64_t *suffix_len, uint64_t *total,
                       uint8_t *sparse, uint8_t *approximate, char *err, size_t errlen);
+/* The rows as the (row, token, probability) entries a mixture adds up (ig_mix_sum_f32), with
+   P = count / the row's total and end-of-document (listed under `separator`) given to the id
+   eos -- merged with eos's own entry when eos is also a real next token of the row -- or, when
+   eos < 0, dropped and the row renormalized over its real tokens. Rows come in order, each
+   row's tokens in increasing ids (eos where end-of-document was). totals (rows values, may be
+   NULL): each row's total after that (0: no entries). *n_out: the entries written, at most
+   ig_ntd_batch_entries; IG_ERR_CAPACITY when cap is below that. */
+int ig_ntd_batch_probs(const ig_ntd_batch *b, int64_t separator, int64_t eos, int64_t *rows,
+                       int64_t *tokens, double *probs, int64_t cap, int64_t *n_out, double *totals,
+                       char *err, size_t errlen);
 void ig_ntd_batch_free(ig_ntd_batch *b);
 
 #ifdef __cplusplus

@@ -21,9 +21,9 @@
  * Standardisation, if any, is folded into the first layer by the caller.
  *
  * ig_mixing_weights: the same for a model mixing several orders: the net reads the coded features
- * and then extra inputs per row (the levels' ln(1 + count)), and its K >= 2 outputs are the logits
- * of a softmax over the components (the model, the ∞-gram, each level), taken over the components
- * available to the row (the numpy twin: MixingModel.weights_from_inputs).
+ * and then, per level, ln(1 + the count of the level's suffix), and its 2 + levels outputs are the
+ * logits of a softmax over the components (the model, the ∞-gram, each level), taken over the
+ * components a row has (the numpy twin: MixingModel.weights_from_inputs).
  */
 #ifndef INFINIGRAM_MIXING_H
 #define INFINIGRAM_MIXING_H
@@ -45,7 +45,7 @@ typedef struct {
     int64_t n_inputs;       /* coded features: codes[0 .. n_inputs), each an IG_MIX_* above */
     const int32_t *codes;
     int64_t n_layers;       /* >= 1 */
-    const int64_t *widths;  /* n_layers + 1 widths: widths[0] = n_inputs (+ n_extra for
+    const int64_t *widths;  /* n_layers + 1 widths: widths[0] = n_inputs (+ n_levels for
                                ig_mixing_weights), widths[n_layers] = 1 (λ) or K (weights) */
     const double *params;   /* layer by layer: its weight (out x in, row-major), then its bias (out) */
 } ig_mixing_net;
@@ -58,15 +58,16 @@ int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offset
                       const uint8_t *sparse, const uint8_t *active, double *lambda_out,
                       char *err, size_t errlen);
 
-/* Mixture weights of n rows into weights_out (n x K, row-major; K = the net's outputs, >= 2):
-   row i's inputs are its coded features then extra[i·n_extra .. (i+1)·n_extra), and its weights
-   the softmax of the net's outputs over the columns where available[i·K + j] is nonzero (0
-   elsewhere; a row with only column 0 available gets [1, 0, ...] without running the net).
-   Column 0 (the model) must be available in every row. Offsets etc. as for ig_mixing_lambdas.
-   IG_ERR_ARG for a malformed net, offsets or availability (nothing written), IG_ERR_NOMEM. */
+/* Mixture weights of n rows into weights_out (n x (2 + n_levels), row-major). Row i's inputs are
+   its coded features then ln(1 + max(level_count[i·n_levels + j], 0)) for each level j; its
+   weights are the softmax of the net's outputs over the components it has: the model always,
+   the ∞-gram where active[i], level j where active[i] and level_count[i·n_levels + j] > 0 (0
+   elsewhere; an inactive row gets [1, 0, ...] without running the net). The net must end at
+   2 + n_levels outputs. Offsets etc. as for ig_mixing_lambdas.
+   IG_ERR_ARG for a malformed net or offsets (nothing written), IG_ERR_NOMEM. */
 int ig_mixing_weights(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
                       int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
-                      int64_t n_extra, const double *extra, const uint8_t *available, double *weights_out,
+                      const uint8_t *active, int64_t n_levels, const double *level_count, double *weights_out,
                       char *err, size_t errlen);
 
 /* The mixture log((1 - λ_r)·p + e^{logv_k}) in place in logp, n_rows rows of `width` float
@@ -86,6 +87,27 @@ int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, con
    written) for an entry out of range or a negative mass, IG_ERR_NOMEM. */
 int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                    const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen);
+
+/* One decoding step of a model mixing several orders (the net: ig_mixing_weights's), in place in
+   logp (n_rows rows of `vocab` floats), in one call. Given the step's ids (rows: n_rows x width)
+   and each row's ∞-gram distribution as the index gives it (CSR, as for ig_mixing_lambdas, with
+   its tokens), it computes what these calls compute one after the other:
+     - a row mixes when suffix_len[i] + 1 >= min_effective_n and its total is above 0 after
+       end-of-document (the separator) is handled: given to the id eos, or, when eos < 0,
+       dropped and the row renormalized;
+     - level j of a row that mixes is the fixed-n distribution of its last m ids, m from
+       level_rules[j] and L = suffix_len[i]: -1 gives L - 1, -2 gives ⌊L/2⌋, k >= 1 gives k; the
+       level exists when 0 <= m < L (ig_ntd_batch_tails, then ig_ntd_batch_probs);
+     - the weights: ig_mixing_weights over the rows' distributions and the levels' counts;
+     - the mixture: ig_mix_sum_f32 of the ∞-gram's entries (weight 1) and the levels' (weight
+       2 + j), the model's share weight 0.
+   1 to 64 levels. IG_ERR_ARG (nothing written) for malformed arguments, an eos outside the
+   rows, ids outside the vocabulary in a level's suffix or entries outside logp; IG_ERR_NOMEM. */
+int ig_mix_orders_f32(const ig_index *ix, const ig_mixing_net *net, const int64_t *rows, int64_t n_rows,
+                      int64_t width, const int64_t *offsets, const uint32_t *tokens, const uint64_t *counts,
+                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
+                      int64_t min_effective_n, int64_t n_levels, const int64_t *level_rules, int64_t eos,
+                      float *logp, int64_t vocab, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

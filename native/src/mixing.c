@@ -20,8 +20,9 @@ static int64_t check_net(const char *fn, const ig_mixing_net *net, int64_t n_ext
         return ig_fail(err, errlen, IG_ERR_ARG, "%s: a net with no inputs, no layers or a NULL array", fn);
     int64_t last = net->widths[net->n_layers];
     if (net->widths[0] != net->n_inputs + n_extra || (outputs ? last != outputs : last < 2))
-        return ig_fail(err, errlen, IG_ERR_ARG, "%s: the net's widths must start at %lld inputs and end at %s", fn,
-                       (long long)(net->n_inputs + n_extra), outputs ? "1 output" : "2 or more outputs");
+        return ig_fail(err, errlen, IG_ERR_ARG, "%s: the net's widths must start at %lld inputs and end at %lld "
+                       "output(s)%s", fn, (long long)(net->n_inputs + n_extra), (long long)(outputs ? outputs : 2),
+                       outputs ? "" : " or more");
     int64_t widest = 0;
     for (int64_t l = 0; l <= net->n_layers; l++) {
         if (net->widths[l] < 1 || net->widths[l] > (1 << 20))
@@ -85,13 +86,14 @@ static const double *forward(const ig_mixing_net *net, double *a, double *b) {
     return in;
 }
 
-/* Row i's inputs into a: its coded features, then its n_extra extra inputs. */
+/* Row i's inputs into a: its coded features, then ln(1 + count) of each of its n_levels levels'
+   suffixes (a negative count read as 0). */
 static void row_inputs(const ig_mixing_net *net, int64_t i, const int64_t *offsets, const uint64_t *counts,
-                       const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse, int64_t n_extra,
-                       const double *extra, double *a) {
+                       const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse, int64_t n_levels,
+                       const double *level_count, double *a) {
     for (int64_t j = 0; j < net->n_inputs; j++)
         a[j] = feature(net->codes[j], offsets[i], offsets[i + 1], counts, total[i], suffix_len[i], sparse[i]);
-    for (int64_t j = 0; j < n_extra; j++) a[net->n_inputs + j] = extra[i * n_extra + j];
+    for (int64_t j = 0; j < n_levels; j++) a[net->n_inputs + j] = log1p(fmax(level_count[i * n_levels + j], 0.0));
 }
 
 int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
@@ -119,37 +121,32 @@ int ig_mixing_lambdas(const ig_mixing_net *net, int64_t n, const int64_t *offset
 
 int ig_mixing_weights(const ig_mixing_net *net, int64_t n, const int64_t *offsets, const uint64_t *counts,
                       int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
-                      int64_t n_extra, const double *extra, const uint8_t *available, double *weights_out,
+                      const uint8_t *active, int64_t n_levels, const double *level_count, double *weights_out,
                       char *err, size_t errlen) {
-    int64_t widest = check_net("ig_mixing_weights", net, n_extra, 0, err, errlen);
+    if (n_levels < 0 || n_levels > (1 << 20))
+        return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_weights: %lld levels", (long long)n_levels);
+    const int64_t k_out = 2 + n_levels;
+    int64_t widest = check_net("ig_mixing_weights", net, n_levels, k_out, err, errlen);
     if (widest < 0) return (int)widest;
     int rc = check_rows("ig_mixing_weights", n, offsets, counts, n_entries, total, suffix_len, sparse, err, errlen);
     if (rc != IG_OK) return rc;
-    int64_t k_out = net->widths[net->n_layers];
-    if (!available || !weights_out || (n_extra > 0 && n > 0 && !extra))
+    if (!active || !weights_out || (n_levels > 0 && n > 0 && !level_count))
         return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_weights: a NULL array");
-    for (int64_t i = 0; i < n; i++)
-        if (!available[i * k_out])
-            return ig_fail(err, errlen, IG_ERR_ARG, "ig_mixing_weights: row %lld: the model's column (0) must be "
-                           "available", (long long)i);
     double *a = malloc(2 * (size_t)widest * sizeof(double));
     if (!a) return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mixing_weights: out of memory");
     for (int64_t i = 0; i < n; i++) {
-        const uint8_t *av = available + i * k_out;
+        const double *lc = level_count + i * n_levels;
         double *w = weights_out + i * k_out;
-        int64_t n_av = 0;
-        for (int64_t j = 0; j < k_out; j++) n_av += av[j] != 0;
-        if (n_av == 1) { /* the model alone: no net to run */
-            w[0] = 1.0;
-            for (int64_t j = 1; j < k_out; j++) w[j] = 0.0;
-            continue;
-        }
-        row_inputs(net, i, offsets, counts, total, suffix_len, sparse, n_extra, extra, a);
+        w[0] = 1.0; /* the model alone (an inactive row): no net to run */
+        for (int64_t j = 1; j < k_out; j++) w[j] = 0.0;
+        if (!active[i]) continue;
+        row_inputs(net, i, offsets, counts, total, suffix_len, sparse, n_levels, level_count, a);
         const double *z = forward(net, a, a + widest);
-        double top = z[0], sum = 0.0;
-        for (int64_t j = 1; j < k_out; j++)
-            if (av[j] && z[j] > top) top = z[j];
-        for (int64_t j = 0; j < k_out; j++) sum += w[j] = av[j] ? exp(z[j] - top) : 0.0;
+        /* the softmax over the model, the ∞-gram and the levels that exist (count > 0) */
+        double top = z[0] > z[1] ? z[0] : z[1], sum = 0.0;
+        for (int64_t j = 0; j < n_levels; j++)
+            if (lc[j] > 0 && z[2 + j] > top) top = z[2 + j];
+        for (int64_t j = 0; j < k_out; j++) sum += w[j] = j < 2 || lc[j - 2] > 0 ? exp(z[j] - top) : 0.0;
         for (int64_t j = 0; j < k_out; j++) w[j] /= sum;
     }
     free(a);

@@ -289,6 +289,51 @@ int ig_ntd_batch_run(const ig_index *ix, const uint32_t *values, int64_t n_value
     return run_job(&j, n, n_threads, out, err, errlen);
 }
 
+int ig_ntd_batch_tails(const ig_index *ix, const int64_t *rows, int64_t n_rows, int64_t width, const int64_t *which,
+                       const int64_t *lengths, int64_t n, int mode, int64_t max_support, int64_t max_entries,
+                       int n_threads, ig_ntd_batch **out, char *err, size_t errlen) {
+    if (!out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL output handle");
+    *out = NULL;
+    if (!ix) return ig_fail(err, errlen, IG_ERR_ARG, "index is closed");
+    if (n < 0 || n_rows < 0 || width < 0) return ig_fail(err, errlen, IG_ERR_ARG, "negative count or width");
+    if (n > 0 && (!which || !lengths || !rows)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL rows, which or lengths");
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = which[i], m = lengths[i];
+        if (r < 0 || r >= n_rows)
+            return ig_fail(err, errlen, IG_ERR_ARG, "which[%lld] = %lld is not a row (0 .. %lld)", (long long)i,
+                           (long long)r, (long long)n_rows - 1);
+        if (m < 0 || m > width)
+            return ig_fail(err, errlen, IG_ERR_ARG, "lengths[%lld] = %lld is not within the rows' width %lld",
+                           (long long)i, (long long)m, (long long)width);
+        const int64_t *tail = rows + r * width + (width - m);
+        for (int64_t k = 0; k < m; k++)
+            if (tail[k] < 0 || tail[k] >= (int64_t)ix->vocab_size)
+                return ig_fail(err, errlen, IG_ERR_ARG, "rows[%lld]: id %lld at column %lld is outside the vocabulary "
+                               "(size %lld)", (long long)r, (long long)tail[k], (long long)(width - m + k),
+                               (long long)ix->vocab_size);
+        total += m;
+    }
+    uint32_t *values = malloc((size_t)(total > 0 ? total : 1) * sizeof *values);
+    int64_t *offsets = malloc((size_t)(n + 1) * sizeof *offsets);
+    if (!values || !offsets) {
+        free(values);
+        free(offsets);
+        return ig_fail(err, errlen, IG_ERR_NOMEM, "out of memory");
+    }
+    offsets[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *tail = rows + which[i] * width + (width - lengths[i]);
+        for (int64_t k = 0; k < lengths[i]; k++) values[offsets[i] + k] = (uint32_t)tail[k];
+        offsets[i + 1] = offsets[i] + lengths[i];
+    }
+    int rc = ig_ntd_batch_run(ix, values, total, offsets, n, mode, max_support, max_entries, n_threads, out, err,
+                              errlen);
+    free(values);
+    free(offsets);
+    return rc;
+}
+
 int ig_ntd_batch_states(const ig_index *ix, const int64_t *states, int64_t n_state_values, int64_t n,
                         int64_t max_support, int64_t max_entries, int n_threads, ig_ntd_batch **out, char *err,
                         size_t errlen) {
@@ -334,5 +379,59 @@ int ig_ntd_batch_copy(const ig_ntd_batch *b, int64_t *row_offsets, uint32_t *tok
         memcpy(counts + acc, s->cnt + r->start, (size_t)r->n * sizeof *counts);
         acc += r->n;
     }
+    return IG_OK;
+}
+
+/* The index of tok in the increasing ids t[0..n), or -1. */
+static int64_t find_token(const uint32_t *t, int64_t n, uint32_t tok) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (t[mid] < tok) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && t[lo] == tok ? lo : -1;
+}
+
+int ig_ntd_batch_probs(const ig_ntd_batch *b, int64_t separator, int64_t eos, int64_t *rows, int64_t *tokens,
+                       double *probs, int64_t cap, int64_t *n_out, double *totals, char *err, size_t errlen) {
+    if (!b) return ig_fail(err, errlen, IG_ERR_ARG, "NULL batch");
+    if (!n_out) return ig_fail(err, errlen, IG_ERR_ARG, "NULL n_out");
+    *n_out = 0;
+    if (separator < 0 || separator > UINT32_MAX)
+        return ig_fail(err, errlen, IG_ERR_ARG, "separator %lld is not a token id", (long long)separator);
+    if (eos > UINT32_MAX) return ig_fail(err, errlen, IG_ERR_ARG, "eos %lld is not a token id", (long long)eos);
+    if (b->entries > cap)
+        return ig_fail(err, errlen, IG_ERR_CAPACITY, "need room for %lld entries, got %lld", (long long)b->entries,
+                       (long long)cap);
+    if (b->entries && (!rows || !tokens || !probs)) return ig_fail(err, errlen, IG_ERR_ARG, "NULL rows, tokens or probs");
+    int64_t k = 0;
+    for (int64_t i = 0; i < b->rows; i++) {
+        const ntd_row *r = &b->row[i];
+        const uint32_t *t = r->n ? b->store[r->tid].tok + r->start : NULL; /* (an empty row's store may be NULL) */
+        const uint64_t *c = r->n ? b->store[r->tid].cnt + r->start : NULL;
+        int64_t sep = r->n ? find_token(t, r->n, (uint32_t)separator) : -1;
+        uint64_t total = r->total, sep_count = sep >= 0 ? c[sep] : 0;
+        int64_t into = -1; /* the entry end-of-document's count joins: eos's own, when it is a real token */
+        if (sep >= 0 && eos >= 0) into = find_token(t, r->n, (uint32_t)eos);
+        if (sep >= 0 && eos < 0) total -= sep_count; /* nowhere to put it: renormalize over the rest */
+        if (totals) totals[i] = (double)total;
+        if (!total) continue;
+        const double scale = 1.0 / (double)total;
+        for (int64_t e = 0; e < r->n; e++) {
+            uint64_t count = c[e];
+            int64_t token = t[e];
+            if (e == sep) {
+                if (eos < 0 || into >= 0) continue; /* dropped, or merged into eos's entry */
+                token = eos;
+            } else if (e == into) {
+                count += sep_count;
+            }
+            rows[k] = i;
+            tokens[k] = token;
+            probs[k++] = (double)count * scale;
+        }
+    }
+    *n_out = k;
     return IG_OK;
 }

@@ -4,9 +4,10 @@
  *    feature (an empty row, a single-token row, an inactive row);
  *  - malformed nets and offsets are refused with IG_ERR_ARG and a message, nothing written;
  *  - ig_mixing_weights (several orders): the softmax of a two-layer net over coded features and
- *    extra inputs, taken over the available columns, written out here; a row with only the
- *    model available gets [1, 0, 0]; a net with one output, a row without the model's column
- *    and a missing extra array are refused;
+ *    the levels' ln(1 + count), taken over the components a row has, written out here; an
+ *    inactive row gets [1, 0, 0], a level of count 0 (or negative) weight 0; a net with one
+ *    output, missing level counts, a level count that does not chain and negative levels are
+ *    refused;
  *  - ig_mix_sparse_f32 equals log((1 - λ)·p + v) written out per entry: a row left alone
  *    (λ = 0), λ = 1, a forbidden (-inf) token kept forbidden; an entry out of range is refused
  *    before anything is written;
@@ -102,13 +103,21 @@ int main(void) {
     const double params3[] = {1.0, -0.5, 0.25, 2.0, /* W0 */ 0.1, -0.3, /* b0 */
                               0.5, -1.0, 1.5, 0.2, -0.7, 0.9, /* W1 */ 0.0, 0.4, -0.2 /* b1 */};
     ig_mixing_net net3 = {1, codes3, 2, widths3, params3};
-    const double extra[3] = {0.5, 1.0, 2.0};
-    const uint8_t avail[9] = {1, 1, 1, /* all */ 1, 0, 0, /* the model alone */ 1, 1, 0 /* no level */};
-    double wts[9];
-    CHECK(ig_mixing_weights(&net3, 3, offsets, counts, 3, total, suffix_len, sparse, 1, extra, avail, wts, err,
-                            sizeof err) == IG_OK, "%s", err);
-    const double top3[3] = {5.0 / 8.0, 0.0, 1.0};
-    for (int i = 0; i < 3; i++) {
+    /* levels: row 0 has its level (count e^0.5 - 1: input 0.5), row 1 is inactive (its count
+       ignored), row 2 has none (count 0: input 0, weight 0), row 3 a negative count (read as 0) */
+    const int64_t offsets4[] = {0, 2, 2, 3, 3};
+    const uint64_t total4[] = {8, 0, 7, 0};
+    const int64_t suffix_len4[] = {4, 0, 9, 1};
+    const uint8_t sparse4[] = {0, 0, 1, 0}, active4[] = {1, 0, 1, 1};
+    const double level_count[4] = {exp(0.5) - 1.0, 5.0, 0.0, -3.0};
+    const double extra[4] = {0.5, 0.0, 0.0, 0.0};
+    const uint8_t avail[12] = {1, 1, 1, /* all */ 1, 0, 0, /* the model alone */ 1, 1, 0, /* no level */ 1, 1, 0};
+    double wts[12];
+    CHECK(ig_mixing_weights(&net3, 4, offsets4, counts, 3, total4, suffix_len4, sparse4, active4, 1, level_count, wts,
+                            err, sizeof err) == IG_OK, "%s", err);
+    const double top3[4] = {5.0 / 8.0, 0.0, 1.0, 0.0};
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) continue;
         double h0 = tanh(0.1 + 1.0 * top3[i] - 0.5 * extra[i]), h1 = tanh(-0.3 + 0.25 * top3[i] + 2.0 * extra[i]);
         double z[3] = {0.5 * h0 - 1.0 * h1, 0.4 + 1.5 * h0 + 0.2 * h1, -0.2 - 0.7 * h0 + 0.9 * h1}, e[3], sum = 0;
         for (int j = 0; j < 3; j++) sum += e[j] = avail[3 * i + j] ? exp(z[j]) : 0.0;
@@ -118,15 +127,15 @@ int main(void) {
     }
     CHECK(wts[3] == 1.0 && wts[4] == 0.0 && wts[5] == 0.0, "the model alone: %g %g %g", wts[3], wts[4], wts[5]);
     wts[0] = -1.0;
-    const uint8_t no_model[9] = {0, 1, 1, 1, 0, 0, 1, 1, 0};
-    CHECK(ig_mixing_weights(&net3, 3, offsets, counts, 3, total, suffix_len, sparse, 1, extra, no_model, wts, err,
-                            sizeof err) == IG_ERR_ARG && strstr(err, "model") && wts[0] == -1.0, "no model column: %s", err);
-    CHECK(ig_mixing_weights(&net2, 3, offsets, counts, 3, total, suffix_len, sparse, 0, NULL, avail, wts, err,
-                            sizeof err) == IG_ERR_ARG && strstr(err, "outputs"), "one output: %s", err);
-    CHECK(ig_mixing_weights(&net3, 3, offsets, counts, 3, total, suffix_len, sparse, 1, NULL, avail, wts, err,
-                            sizeof err) == IG_ERR_ARG, "no extra inputs: %s", err);
-    CHECK(ig_mixing_weights(&net3, 3, offsets, counts, 3, total, suffix_len, sparse, 0, NULL, avail, wts, err,
-                            sizeof err) == IG_ERR_ARG && strstr(err, "widths"), "inputs that do not chain: %s", err);
+    CHECK(ig_mixing_weights(&net2, 4, offsets4, counts, 3, total4, suffix_len4, sparse4, active4, 0, NULL, wts, err,
+                            sizeof err) == IG_ERR_ARG && strstr(err, "output") && wts[0] == -1.0, "one output: %s", err);
+    CHECK(ig_mixing_weights(&net3, 4, offsets4, counts, 3, total4, suffix_len4, sparse4, active4, 1, NULL, wts, err,
+                            sizeof err) == IG_ERR_ARG, "no level counts: %s", err);
+    CHECK(ig_mixing_weights(&net3, 4, offsets4, counts, 3, total4, suffix_len4, sparse4, active4, 2, level_count, wts,
+                            err, sizeof err) == IG_ERR_ARG && strstr(err, "widths"), "inputs that do not chain: %s", err);
+    CHECK(ig_mixing_weights(&net3, 4, offsets4, counts, 3, total4, suffix_len4, sparse4, active4, -1, level_count,
+                            wts, err, sizeof err) == IG_ERR_ARG && strstr(err, "levels"), "negative levels: %s", err);
+    CHECK(wts[0] == -1.0, "nothing written on refusal, got %g", wts[0]);
 
     /* the sparse mixture: two rows of four log-probabilities */
     float logp[8];

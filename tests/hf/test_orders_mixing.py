@@ -113,14 +113,22 @@ def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_
     np.testing.assert_array_equal(again.level_count, res.scores.level_count)
 
 
+@pytest.mark.parametrize("levels_by", ["one C step", "C levels", "query + cache"])
 @pytest.mark.parametrize("features", [list(DEFAULT_FEATURES) + ["neural_entropy"], list(DEFAULT_FEATURES)],
                          ids=["numpy weights", "C weights"])
-def test_processor_with_orders_equals_brute_force(features, tiny_model, tiny_tok, mixing_index, tmp_path):
-    """Both weight paths (numpy; the C call for the default features), twice over the same rows:
-    the second call takes the levels from the processor's LevelDistributions."""
+def test_processor_with_orders_equals_brute_force(features, levels_by, tiny_model, tiny_tok, mixing_index, tmp_path):
+    """Both weight paths (numpy; the C call for the default features), every level path (the
+    whole step in one C call, `HostMixing.mix_orders`, for the default features; a local
+    index's levels in one C call, `suffix_probs_batch`; the batched query other indexes answer,
+    kept by suffix), twice over the same rows: the second call of the cached path hits its cache."""
     model = random_orders_model(features, DEFAULT_LEVELS, seed=6)
     model.save(tmp_path / "m.json")
     proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
+    fused = levels_by == "one C step" and features == list(DEFAULT_FEATURES)
+    proc._fused_orders = levels_by == "one C step"
+    if levels_by == "query + cache":  # what a served, routed or difference index gets
+        from infinigram_hf.hf.level_cache import LevelDistributions
+        proc._levels = LevelDistributions(proc._level_probs, max_items=64)
     ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
                tiny_tok.encode(SMALL_CORPUS[1][:40]), tiny_tok.encode("x")]
@@ -131,7 +139,8 @@ def test_processor_with_orders_equals_brute_force(features, tiny_model, tiny_tok
     got = proc(ids, scores.clone()).double().numpy()
     hits = proc._levels.stats["hits"]
     np.testing.assert_array_equal(proc(ids, scores.clone()).double().numpy(), got)
-    assert proc._levels.stats["hits"] > hits
+    assert (proc._levels.stats["hits"] > hits) == (levels_by == "query + cache")
+    assert (proc._levels.stats["queried"] == 0) == fused  # (the one C step asks nothing of LevelDistributions)
     logp = torch.log_softmax(scores.double(), -1).numpy()
     vocab = logp.shape[1]
 
@@ -153,6 +162,67 @@ def test_processor_with_orders_equals_brute_force(features, tiny_model, tiny_tok
         np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-4)
         assert np.exp(got[r]).sum() == pytest.approx(1.0, abs=1e-4)
     assert got[0, 5] == -np.inf
+
+
+@pytest.mark.parametrize("eos", [0, 7, None], ids=["eos 0", "eos a real token", "no eos"])
+@pytest.mark.parametrize("min_n", [1, 4])
+def test_one_c_step_equals_the_numpy_path(eos, min_n, tiny_tok, mixing_index):
+    """HostMixing.mix_orders (ig_mix_orders_f32) gives what the numpy path gives, whatever the EOS
+    handling (moved to EOS, merged with a real token's entry, or dropped and renormalized) and
+    min_effective_n; random contexts, some in the corpus, some not, some after padding."""
+    rng = np.random.default_rng(min_n)
+    model = random_orders_model(list(DEFAULT_FEATURES), ("L-1", "L/2", "1", "2"), seed=3)
+    text = tiny_tok.encode(SMALL_CORPUS[1])
+    rows = [text[s:s + 24] for s in rng.integers(0, len(text) - 24, size=5)]
+    rows += [list(rng.integers(0, mixing_index.vocab_size, 24)), [0] * 20 + text[:4]]
+    ids = torch.tensor(np.array(rows))
+    scores = torch.from_numpy(rng.normal(size=(len(rows), mixing_index.vocab_size + 3)) * 2).float()
+    outs = []
+    for fused in (True, False):
+        proc = InfiniGramLogitsProcessor(mixing_index, mixing=model, min_effective_n=min_n, pad_token_id=0)
+        proc.eos_token_id = eos
+        proc._fused_orders = fused
+        outs.append(proc(ids, scores.clone()).double().numpy())
+        assert (proc._levels.stats["queried"] == 0) == fused
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.exp(outs[0]).sum(-1), 1.0, atol=1e-5)
+
+
+def test_one_c_step_refuses_bad_arguments_and_writes_nothing(mixing_index):
+    """ig_mix_orders_f32 called directly with what the package never passes: unknown level rules,
+    no levels, decreasing offsets, a level's suffix holding an id outside the vocabulary, an EOS
+    id outside the rows: a clear IG_ERR_ARG and the rows untouched."""
+    from infinigram_hf._core.native import ffi, lib
+    from infinigram_hf.hf.mixing import HostMixing, _c_distributions
+
+    host = HostMixing(random_orders_model(list(DEFAULT_FEATURES), ("1",), seed=1))
+    vocab = mixing_index.vocab_size
+    d = mixing_index.infgram_ntd_batch([[5, 6, 7]])
+    d.suffix_len[:] = 3  # as if the three ids matched, so that level "1" asks for the last one
+
+    def call(rows, rules=(1,), offsets=None, eos=0):
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        rules = np.asarray(rules, dtype=np.int64)
+        logp = np.full((1, vocab + 1), -3.0, dtype=np.float32)
+        c = _c_distributions(d, 1)
+        if offsets is not None:
+            c[0] = ffi.cast("int64_t *", offsets.ctypes.data)
+        tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
+        err = ffi.new("char[256]")
+        with mixing_index.native_handle() as ix:
+            rc = lib.ig_mix_orders_f32(ix, host._net[0], ffi.cast("int64_t *", rows.ctypes.data), 1, rows.shape[1],
+                                       c[0], ffi.cast("uint32_t *", tokens.ctypes.data), *c[1:], 1, len(rules),
+                                       ffi.cast("int64_t *", rules.ctypes.data), eos,
+                                       ffi.cast("float *", logp.ctypes.data), vocab + 1, err, 256)
+        return rc, ffi.string(err).decode(), (logp == -3.0).all()
+
+    assert call([[5, 6, 7]])[0] == lib.IG_OK
+    for args, message in [(dict(rows=[[5, 6, 7]], rules=(0,)), "rule"), (dict(rows=[[5, 6, 7]], rules=()), "levels"),
+                          (dict(rows=[[5, 6, 7]], offsets=np.array([5, 0], dtype=np.int64)), "offsets"),
+                          (dict(rows=[[5, 6, vocab + 4]]), "outside the vocabulary"),
+                          (dict(rows=[[5, 6, 7]], eos=vocab + 9), "eos")]:
+        rc, err, untouched = call(**args)
+        assert rc == lib.IG_ERR_ARG and message in err and untouched, (args, err)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -274,30 +344,30 @@ def test_level_distributions_cache_by_suffix():
     dists = {(): {1: 3, 2: 1}, (5,): {7: 2}, (5, 6): {9: 1}, (6,): {1: 1, 3: 1, 4: 2}}
     calls = []
 
-    def query(values, offsets):
-        calls.append(len(offsets) - 1)
-        return [dists[tuple(values[a:b].tolist())] for a, b in zip(offsets[:-1], offsets[1:])]
-
-    def entries(d, n):
-        r = np.concatenate([[i] * len(x) for i, x in enumerate(d)] or [[]]).astype(np.int64)
+    def probs(rows, which, lengths):
+        calls.append(len(which))
+        d = [dists[tuple(rows[r, rows.shape[1] - m:].tolist())] for r, m in zip(which, lengths)]
+        item = np.concatenate([[i] * len(x) for i, x in enumerate(d)] or [[]]).astype(np.int64)
         t = np.concatenate([list(x) for x in d] or [[]]).astype(np.int64)
-        c = np.concatenate([list(x.values()) for x in d] or [[]]).astype(np.float64)
-        return r, t, c, np.array([sum(x.values()) for x in d], dtype=np.float64)
+        total = np.array([sum(x.values()) for x in d], dtype=np.float64)
+        p = np.concatenate([list(x.values()) for x in d] or [[]]).astype(np.float64) / total[item]
+        return item, t, p, total
 
     rows = np.array([[4, 5, 6], [3, 6, 5], [0, 5, 6]])
-    cache = LevelDistributions(query, entries, max_items=8)
+    cache = LevelDistributions(probs, max_items=8)
     for _ in range(2):
-        r, t, p, count = cache.gather(rows, np.array([0, 1, 2]), np.array([1, 1, 2]))
-        assert r.tolist() == [0, 0, 0, 1, 2] and t.tolist() == [1, 3, 4, 7, 9]
+        i, t, p, count = cache.gather(rows, np.array([0, 1, 2]), np.array([1, 1, 2]))
+        assert i.tolist() == [0, 0, 0, 1, 2] and t.tolist() == [1, 3, 4, 7, 9]
         np.testing.assert_allclose(p, [0.25, 0.25, 0.5, 1.0, 1.0])
         assert count.tolist() == [4.0, 2.0, 1.0]
     assert calls == [3] and cache.stats == {"hits": 3, "queried": 3}
-    r, t, p, count = cache.gather(rows, np.array([2, 0]), np.array([0, 1]))  # the unigram: one query, one row
-    assert calls == [3, 1] and r.tolist() == [2, 2, 0, 0, 0] and count.tolist() == [4.0, 4.0]
-    small = LevelDistributions(query, entries, max_items=8, max_entries=3)
+    i, t, p, count = cache.gather(rows, np.array([2, 0]), np.array([0, 1]))  # the unigram: one query, one row
+    assert calls == [3, 1] and i.tolist() == [0, 0, 1, 1, 1] and count.tolist() == [4.0, 4.0]
+    small = LevelDistributions(probs, max_items=8, max_entries=3)
     small.gather(rows, np.array([0, 1]), np.array([1, 1]))  # 3 + 1 entries: the first is dropped
     assert len(small._items) == 1 and small._held == 1
-    none = LevelDistributions(query, entries, max_items=0)
-    none.gather(rows, np.array([0]), np.array([1]))
-    none.gather(rows, np.array([0]), np.array([1]))
-    assert none.stats["hits"] == 0 and not none._items
+    none = LevelDistributions(probs, max_items=0)  # (a local index: every call queries)
+    for _ in range(2):
+        i, t, p, count = none.gather(rows, np.array([2, 0]), np.array([2, 1]))
+        assert i.tolist() == [0, 1, 1, 1] and t.tolist() == [9, 1, 3, 4] and count.tolist() == [1.0, 4.0]
+    assert calls[-2:] == [2, 2] and none.stats == {"hits": 0, "queried": 4} and not none._items

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Reference, assert_ntd_matches, assert_prob_matches, built_index, make_index
+from infinigram_hf.index.batch import suffix_probs_batch
 from infinigram_hf.index.batch import Ragged, as_batch, count_batch, ntd_batch, prob_batch, score_batch
 from infinigram_hf import InfiniGramError
 
@@ -76,6 +77,70 @@ def test_batches_match_brute_force(scratch_dir, case) -> None:
             assert np.array_equal(scored[i].prompt_counts, single.prompt_counts)
             assert np.array_equal(scored[i].suffix_len, single.suffix_len)
             assert np.array_equal(scored[i].sparse, single.sparse)
+
+
+def _mixable(dist: dict, separator: int, eos) -> tuple[dict, int]:
+    """A brute-force distribution as a mixture takes it: end-of-document given to eos (added to
+    eos's own count), or dropped (eos None); (token -> P, the total after that)."""
+    counts = {t: c for t, c in dist.items() if t != separator}
+    if separator in dist and eos is not None:
+        counts[eos] = counts.get(eos, 0) + dist[separator]
+    total = sum(counts.values())
+    return {t: c / total for t, c in counts.items()}, total
+
+
+@SETTINGS
+@given(case=corpus_and_queries(), eos_pick=st.sampled_from(["none", "real", "absent"]), infinite=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_suffix_probs_batch_matches_brute_force(scratch_dir, case, eos_pick, infinite, seed) -> None:
+    """suffix_probs_batch (the levels of a processor mixing several orders): each query is a tail
+    of a row, in any order, rows repeated; its entries are its brute-force distribution with
+    end-of-document moved to EOS -- merged when EOS is a real next token, dropped and
+    renormalized without one -- and its total after that."""
+    vocab, docs, queries, max_shard, min_cost, threads = case
+    ref = Reference(docs, vocab)
+    eos = {"none": None, "real": docs[0][0] if docs[0] else 0, "absent": vocab + 5}[eos_pick]
+    rng = np.random.default_rng(seed)
+    width = max([len(q) for q in queries] + [1])
+    rows = np.stack([np.concatenate([rng.integers(0, vocab, width - len(q)), q]) for q in queries]
+                    or [np.zeros(width)]).astype(np.int64)  # random ids before each query's tail
+    which = rng.permutation(len(queries)).astype(np.int64)
+    which = np.concatenate([which, which[:2]])  # a row asked twice
+    lengths = np.array([len(queries[r]) for r in which], dtype=np.int64)
+    with built_index(docs, scratch_dir, vocab_size=vocab, max_shard_tokens=max_shard,
+                     ntd_cache_min_cost=min_cost) as ix:
+        item, tokens, probs, totals = suffix_probs_batch(ix, rows, which, lengths, eos_token_id=eos,
+                                                         infinite=infinite)
+    assert item.dtype == tokens.dtype == np.int64 and probs.dtype == totals.dtype == np.float64
+    assert len(totals) == len(which) and np.all(np.diff(item) >= 0)
+    for i, r in enumerate(which):
+        q = queries[r]
+        want, total = _mixable(ref.infgram_ntd(q)[0] if infinite else ref.ntd(q), ref.separator, eos)
+        mine = item == i
+        assert totals[i] == total
+        assert dict(zip(tokens[mine].tolist(), probs[mine].tolist())) == pytest.approx(want, rel=1e-12)
+        assert len(set(tokens[mine].tolist())) == mine.sum()  # every token once
+        if mine.any():
+            assert probs[mine].sum() == pytest.approx(1.0, rel=1e-12)
+
+
+def test_suffix_probs_batch_refuses_bad_input(tmp_path) -> None:
+    rows = np.array([[1, 2, 3], [4, -1, 9]])
+    with built_index([[1, 2, 3]], tmp_path, vocab_size=5) as ix:
+        with pytest.raises(ValueError, match=r"rows\[1\]: id -1 at column 1 is outside the vocabulary"):
+            suffix_probs_batch(ix, rows, np.array([0, 1]), np.array([3, 2]), eos_token_id=0)
+        with pytest.raises(ValueError, match=r"rows\[1\]: id 9 at column 2"):
+            suffix_probs_batch(ix, rows, np.array([1]), np.array([1]), eos_token_id=0)
+        with pytest.raises(ValueError, match=r"which\[0\] = 2 is not a row"):
+            suffix_probs_batch(ix, rows, np.array([2]), np.array([1]), eos_token_id=0)
+        with pytest.raises(ValueError, match=r"lengths\[0\] = 4 is not within"):
+            suffix_probs_batch(ix, rows, np.array([0]), np.array([4]), eos_token_id=0)
+        with pytest.raises(ValueError, match="2-D"):
+            suffix_probs_batch(ix, rows[0], np.array([0]), np.array([1]), eos_token_id=0)
+        with pytest.raises(ValueError, match="eos"):
+            suffix_probs_batch(ix, rows, np.array([0]), np.array([1]), eos_token_id=1 << 40)
+        item, tokens, probs, totals = suffix_probs_batch(ix, rows, np.array([0, 0]), np.array([0, 3]), eos_token_id=0)
+        assert totals.tolist() == [3.0, 1.0] and tokens[item == 1].tolist() == [0]  # 1 2 3 ends its document
 
 
 def test_short_context_cache_gives_exact_distributions(scratch_dir) -> None:
