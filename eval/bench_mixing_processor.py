@@ -1,13 +1,14 @@
 """Issue 20: per-call time of InfiniGramLogitsProcessor with learned mixing (mixing=, an MLP over
 all features; and a model mixing several orders, `levels`) vs the two λs, same index, same
-inputs, interleaved runs in one process.
+inputs, in one process.
 
 Each call sees held-out stdlib prefixes growing by one token (teacher forcing, so both variants
-see identical contexts) and random (batch, 32000) scores standing in for the model's logits;
-a fresh processor per run (cold caches; --warm N: first N untimed calls over other held-out
-documents, as a long-lived processor's caches would be). Reports the median per-call CPU time of
-the calling thread (torch on 1 thread: on a loaded shared machine wall time mostly measures
-preemption) and the ratio learned / two-λ per run, and their median.
+see identical contexts) and random (batch, 32000) scores standing in for the model's logits.
+Each learned variant is timed against the two λs alone: fresh processors per run (cold caches;
+--warm N: first N untimed calls over other held-out documents, as a long-lived processor's
+caches would be), the two called in turn at every step on the same inputs. Reports the median
+per-call CPU time of the calling thread (torch on 1 thread: on a loaded shared machine wall
+time mostly measures preemption), the ratio learned / two-λ per run, and their median.
 
     nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py
     nice -n 10 .venv-test/bin/python eval/bench_mixing_processor.py --variants "default features" "several orders"
@@ -41,23 +42,32 @@ def mlp(features=tuple(FEATURES), hidden: int = 16, levels=()) -> MixingModel:
                                                                                  np.zeros(out))], levels=levels)
 
 
-def one_run(index, rows: np.ndarray, start: int, calls: int, mixing, warm_rows=None) -> float:
-    """Median CPU time per call of a fresh processor over rows' prefixes start .. start + calls;
-    with warm_rows, the processor first runs untimed over those (other documents' prefixes, so its
-    caches hold what a long-lived processor's would, not these contexts)."""
-    proc = InfiniGramLogitsProcessor(index, 0.5, 0.3, mixing=mixing, eos_token_id=0)
+def one_run(index, rows: np.ndarray, start: int, calls: int, models: dict, warm_rows=None) -> dict:
+    """Median CPU time per call of a fresh processor per variant (models: name -> mixing, None for
+    the two λs) over rows' prefixes start .. start + calls. The variants take turns at every
+    call, on the same inputs, in a rotating order: on a shared machine, conditions change
+    within a run, and a ratio of two variants timed call by call side by side is steadier than
+    one of two variants timed one after the other (run to run: 0.64-1.66 for one pair at batch
+    8, 0.92-1.02 side by side). With warm_rows, each processor first runs
+    untimed over those (other documents' prefixes, so its caches hold what a long-lived
+    processor's would, not these contexts)."""
+    procs = {k: InfiniGramLogitsProcessor(index, 0.5, 0.3, mixing=m, eos_token_id=0) for k, m in models.items()}
     gen = torch.Generator().manual_seed(0)
     if warm_rows is not None:
         for t in range(start, warm_rows.shape[1] + 1):
-            proc(torch.from_numpy(warm_rows[:, :t]), torch.randn(warm_rows.shape[0], 32000, generator=gen))
-    times = []
-    for t in range(start, start + calls):
+            ids, scores = torch.from_numpy(warm_rows[:, :t]), torch.randn(warm_rows.shape[0], 32000, generator=gen)
+            for proc in procs.values():
+                proc(ids, scores)
+    names = list(procs)
+    times: dict = {k: [] for k in names}
+    for i, t in enumerate(range(start, start + calls)):
         ids = torch.from_numpy(rows[:, :t])
         scores = torch.randn(rows.shape[0], 32000, generator=gen)
-        t0 = time.thread_time()
-        proc(ids, scores)
-        times.append(time.thread_time() - t0)
-    return statistics.median(times)
+        for k in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.thread_time()
+            procs[k](ids, scores)
+            times[k].append(time.thread_time() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main(argv=None) -> None:
@@ -91,17 +101,18 @@ def main(argv=None) -> None:
             if len(others) < b:
                 raise SystemExit(f"--warm {args.warm}: not enough other held-out documents")
             warm = np.stack([d[: args.prompt_len + args.warm] for d in others[:b]]).astype(np.int64)
-        times: dict = {"two-λ": [], **{k: [] for k in models}}
-        for _ in range(args.runs):  # interleaved: every run measures all variants
-            times["two-λ"].append(one_run(index, rows, args.prompt_len, args.calls, None, warm))
-            for k, m in models.items():
-                times[k].append(one_run(index, rows, args.prompt_len, args.calls, m, warm))
-        base = times["two-λ"]
-        line = [f"batch {b}: two-λ {1e3 * statistics.median(base):.3f} ms CPU/call"]
-        for k in models:
-            ratios = [m / a for m, a in zip(times[k], base)]
-            line.append(f"learned mlp 16, {k} {1e3 * statistics.median(times[k]):.3f} ms (ratio median "
-                        f"{statistics.median(ratios):.2f}; runs {', '.join(f'{r:.2f}' for r in ratios)})")
+        line = [f"batch {b}"]
+        for k, m in models.items():  # each variant against the two λs alone: two learned variants
+            # timed side by side would warm each other's suffixes (levels in common)
+            base, mine = [], []
+            for _ in range(args.runs):
+                got = one_run(index, rows, args.prompt_len, args.calls, {"two-λ": None, k: m}, warm)
+                base.append(got["two-λ"])
+                mine.append(got[k])
+            ratios = [x / y for x, y in zip(mine, base)]
+            line.append(f"learned mlp 16, {k} {1e3 * statistics.median(mine):.3f} ms vs two-λ "
+                        f"{1e3 * statistics.median(base):.3f} ms (ratio median {statistics.median(ratios):.2f}; "
+                        f"runs {', '.join(f'{r:.2f}' for r in ratios)})")
         print("; ".join(line), flush=True)
 
 

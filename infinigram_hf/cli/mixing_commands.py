@@ -3,8 +3,9 @@ interpolated, with the two λs or a learned mixing model) and fit-mixing (fit ei
 validation text and write it as JSON).
 
 Example:
-    $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --out mixing.json
+    $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --out mixing.json   # level "2"
     $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --levels L-1 L/2 1 --out orders.json
+    $ infinigram-hf fit-mixing my_index --model ./gpt2 --data val.jsonl --levels none --out two_way.json
     $ infinigram-hf perplexity my_index --model ./gpt2 --data test.jsonl --mixing mixing.json
     $ infinigram-hf perplexity my_index --model ./gpt2 --data test.jsonl --lambda-sparse 0.6 --lambda-dense 0.3
 """
@@ -94,6 +95,12 @@ def run_perplexity(args: argparse.Namespace) -> int:
     return 0
 
 
+# What fit-mixing fits unless told: one level, the last two tokens' trigram estimate (eval/RESULTS.md,
+# issue 20: 71.1% on stdlib, above the two λs on Linux at every datastore size, as is and
+# decontaminated, and its processor costs what the two λs' does).
+DEFAULT_FIT_LEVELS = ("2",)
+
+
 def add_fit_mixing(sub: Any) -> None:
     p = sub.add_parser("fit-mixing", help="fit the mixing weights on validation text (two λs or learned)",
                        description="Fit a learned mixing model λ(features) (or, with --family two-lambda, the "
@@ -102,8 +109,10 @@ def add_fit_mixing(sub: Any) -> None:
     p.add_argument("--family", choices=["mlp", "logistic", "two-lambda"], default="mlp")
     p.add_argument("--hidden", type=int, default=16, help="mlp: hidden width (default 16)")
     p.add_argument("--levels", nargs="+", default=None, metavar="LEVEL",
-                   help="mix several orders: the shorter suffixes to mix in besides the longest match, each "
-                        "L-1, L/2 or a length (e.g. --levels L-1 L/2 1; see infinigram_hf.lm.orders)")
+                   help="the orders mixed in besides the longest match, each L-1, L/2 or a suffix length "
+                        "(see infinigram_hf.lm.orders). Default for mlp and logistic: 2 (the trigram estimate: "
+                        "the model that beats the two λs on both eval domains at the two-λ processor's cost); "
+                        "'none': the two-way model (the ∞-gram against the model only)")
     p.add_argument("--out", required=True, help="the JSON file to write")
     p.set_defaults(func=run_fit_mixing)
 
@@ -116,6 +125,10 @@ def run_fit_mixing(args: argparse.Namespace) -> int:
     from ..lm.orders import check_levels
 
     levels = None
+    if args.levels == ["none"]:
+        args.levels = []
+    elif args.levels is None:
+        args.levels = [] if args.family == "two-lambda" else list(DEFAULT_FIT_LEVELS)
     if args.levels:
         if args.family == "two-lambda":
             raise CLIError("--levels needs a learned family (mlp or logistic), not two-lambda")

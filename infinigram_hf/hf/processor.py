@@ -70,8 +70,10 @@ class InfiniGramLogitsProcessor(_Base):
             choosing λ per row from the context's features, instead of lambda_sparse/lambda_dense.
             λ is computed on the scores' device; rows below min_effective_n still get λ = 0.
             A model mixing several orders (fit with `levels`) also queries each row's shorter
-            suffixes (kept by suffix, `LevelDistributions`, up to cache_size of them) and mixes
-            every component at once on the host.
+            suffixes and mixes every component at once on the host: for a local index, the
+            default features and CPU scores, one C call per step (`HostMixing.mix_orders`);
+            otherwise one batched query per step (another index's answers kept by suffix, up to
+            cache_size of them: `LevelDistributions`).
 
     Ids in a context that the index cannot hold (≥ its vocab size) are document boundaries too:
     no indexed n-gram spans them. Tokens masked to -inf by earlier processors stay masked.

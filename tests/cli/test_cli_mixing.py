@@ -31,16 +31,17 @@ def run_json(capsys, argv) -> dict:
 def test_fit_then_perplexity_equal_the_library(files, tiny_index, tiny_model, tiny_tok, capsys):
     ix = str(tiny_index.paths[0])
     out = files / "mixing.json"
-    fit = run_json(capsys, ["fit-mixing", ix, "--model", str(files / "model"), "--data", str(files / "val.txt"),
-                            "--family", "logistic", "--out", str(out), "--no-progress"])
-    assert fit["family"] == "logistic" and out.is_file()
-    got = run_json(capsys, ["perplexity", ix, "--model", str(files / "model"), "--data", str(files / "test.txt"),
-                            "--mixing", str(out), "--no-progress"])
-    scores = token_scores(tiny_model, tiny_tok, [(files / "test.txt").read_text(encoding="utf-8")], tiny_index,
-                          progress=False)
-    want = interpolate(scores, mixing=MixingModel.load(out))
-    assert got["perplexity"] == pytest.approx(want.perplexity, rel=1e-6)
-    assert got["mixing"] == "logistic"
+    for levels, want_levels in ([], ["2"]), (["--levels", "none"], []):  # the default fit mixes level "2" in
+        fit = run_json(capsys, ["fit-mixing", ix, "--model", str(files / "model"), "--data", str(files / "val.txt"),
+                                "--family", "logistic", "--out", str(out), "--no-progress"] + levels)
+        assert fit["family"] == "logistic" and fit["levels"] == want_levels and out.is_file()
+        got = run_json(capsys, ["perplexity", ix, "--model", str(files / "model"), "--data", str(files / "test.txt"),
+                                "--mixing", str(out), "--no-progress"])
+        scores = token_scores(tiny_model, tiny_tok, [(files / "test.txt").read_text(encoding="utf-8")], tiny_index,
+                              progress=False, levels=tuple(want_levels) or None)
+        want = interpolate(scores, mixing=MixingModel.load(out))
+        assert got["perplexity"] == pytest.approx(want.perplexity, rel=1e-6)
+        assert got["mixing"] == "logistic" and got.get("levels", []) == want_levels
     two = run_json(capsys, ["perplexity", ix, "--model", str(files / "model"), "--data", str(files / "test.txt"),
                             "--lambda-sparse", "0.6", "--lambda-dense", "0.2", "--no-progress"])
     assert two["perplexity"] == pytest.approx(interpolate(scores, 0.6, 0.2).perplexity, rel=1e-6)
