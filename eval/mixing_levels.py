@@ -10,8 +10,8 @@ Every subset is an MLP 16 over the default features fitted on validation (the em
 the two-way learned model), evaluated on held-out as is and decontaminated (documents with ≥ 80%
 of their 13-grams in the full datastore removed), full datastore. The processor's cost is
 eval/bench_mixing_processor.py's measure (CPU time of the calling thread per call, held-out
-prefixes growing by one token, random 32k scores, interleaved runs, median of per-run ratios to
-the two-λ processor) for a model with the same levels.
+prefixes growing by one token, random 32k scores, each model called in turn with the two-λ
+processor at every step, median of per-run ratios to it) for a model with the same levels.
 """
 from __future__ import annotations
 
@@ -38,22 +38,24 @@ def subsets(levels=DEFAULT_LEVELS) -> list:
 
 
 def processor_ratios(index, docs, subset_list, batches, runs, calls, prompt_len=64) -> dict:
-    """{(subset, batch): (ms per call, median ratio to two-λ)} plus {("two-λ", batch): (ms, 1)}."""
+    """{(subset, batch): (ms per call, median ratio to two-λ)} plus {("two-λ", batch): (ms, 1)}:
+    each subset timed against the two λs alone, the two called in turn at every step
+    (`bench_mixing_processor.one_run`)."""
     out = {}
     docs = [d for d in docs if len(d) >= prompt_len + calls]
     for b in batches:
         rows = np.stack([d[: prompt_len + calls] for d in docs[:b]]).astype(np.int64)
-        models = {s: bench.mlp(DEFAULT_FEATURES, levels=s) for s in subset_list}
-        times = {"two-λ": [], **{s: [] for s in subset_list}}
-        for _ in range(runs):
-            times["two-λ"].append(bench.one_run(index, rows, prompt_len, calls, None))
-            for s, m in models.items():
-                times[s].append(bench.one_run(index, rows, prompt_len, calls, m))
-        base = times["two-λ"]
-        out[("two-λ", b)] = (1e3 * statistics.median(base), 1.0)
+        base_all = []
         for s in subset_list:
-            out[(s, b)] = (1e3 * statistics.median(times[s]),
-                           statistics.median([t / a for t, a in zip(times[s], base)]))
+            base, mine = [], []
+            for _ in range(runs):
+                got = bench.one_run(index, rows, prompt_len, calls,
+                                    {"two-λ": None, s: bench.mlp(DEFAULT_FEATURES, levels=s)})
+                base.append(got["two-λ"])
+                mine.append(got[s])
+            base_all += base
+            out[(s, b)] = (1e3 * statistics.median(mine), statistics.median([t / a for t, a in zip(mine, base)]))
+        out[("two-λ", b)] = (1e3 * statistics.median(base_all), 1.0)
     return out
 
 
