@@ -293,7 +293,7 @@ class HostMixing:
             w = w / model.std  # standardisation folded in: w·((x − mean)/std) + b = (w/std)·x + b − (w/std)·mean
             self.plan = [(w, b - w @ model.mean)] + rest
         self._net = self._native_net() if self.plan is not None else None
-        # the levels as ig_mix_orders_f32 reads them: -1 = "L-1", -2 = "L/2", k = "k"
+        # the levels as ig_mix_step_f32 reads them: -1 = "L-1", -2 = "L/2", k = "k"
         self._level_rules = np.array([{"L-1": -1, "L/2": -2}.get(name) or int(name) for name in model.levels],
                                      dtype=np.int64)
 
@@ -345,36 +345,49 @@ class HostMixing:
                                     ptr(level_count, "double"), ptr(out, "double"), err, len(err)), err)
         return out
 
-    def mix_orders(self, index, rows: np.ndarray, d, logp: torch.Tensor, min_effective_n: int,
-                   eos_token_id: Optional[int]) -> bool:
-        """A whole decoding step of a model mixing several orders in one C call
-        (ig_mix_orders_f32: the levels' distributions from the local `index`, the weights and the
-        mixture into logp, in place): what the processor's numpy path computes, without its
-        dozens of small numpy and cffi calls. rows: the step's (batch, width) ids; d: their
-        ∞-gram distributions. False (nothing done) where the call does not apply: features it
-        does not compute, or logp not float32 rows on the CPU."""
-        out = _c_rows(logp)
-        if self._net is None or not self.model.levels or out is None:
-            return False
-        n = len(rows)
-        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(n, -1)
-        offsets, counts, n_counts, total, suffix_len, sparse = _c_distributions(d, n)
-        tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
-        if len(tokens) != n_counts:
-            raise ValueError(f"distributions with {len(tokens)} tokens and {n_counts} counts")
-        err = err_buffer()
-        with index.native_handle() as ix:
-            rc = lib.ig_mix_orders_f32(ix, self._net[0], ptr(rows, "int64_t"), n, rows.shape[1], offsets,
-                                       ptr(tokens, "uint32_t"), counts, n_counts, total, suffix_len, sparse,
-                                       min_effective_n, len(self._level_rules), ptr(self._level_rules, "int64_t"),
-                                       -1 if eos_token_id is None else eos_token_id, out, logp.shape[1], err,
-                                       len(err))
-        check(rc, err)
-        return True
-
     def lambdas(self, host: np.ndarray, active: np.ndarray, logp: torch.Tensor, entries=None) -> np.ndarray:
         """λ from the rows' HOST_COLUMNS and the model's log-probabilities (`learned_lambdas_host`)."""
         return learned_lambdas_host(self.model, host, active, logp, entries)
+
+
+def mix_step(logp: torch.Tensor, d, *, separator: int, eos_token_id: Optional[int], min_effective_n: int,
+             lambdas: tuple = (0.0, 0.0), host: Optional[HostMixing] = None, index=None,
+             rows: Optional[np.ndarray] = None) -> bool:
+    """A decoding step's whole mixture in one C call (ig_mix_step_f32), into logp in place: the
+    two λs (`lambdas`, no `host`), or a learned model's (`host`: its net; a model mixing several
+    orders also reads its levels from the local `index` and the step's ids `rows`). d: the rows'
+    ∞-gram distributions as the index gives them (end-of-document under `separator`). The same
+    arithmetic as the processor's numpy path, without its dozens of small numpy and cffi calls.
+    False (nothing done) where the call does not apply: logp not float32 rows on the CPU, a
+    model over features the call does not compute, levels without a local index."""
+    out = _c_rows(logp)
+    net, rules = ffi.NULL, _NO_LEVELS
+    if host is not None:
+        if host._net is None or (host.model.levels and index is None):
+            return False
+        net, rules = host._net[0], host._level_rules
+    if out is None:
+        return False
+    n = logp.shape[0]
+    offsets, counts, n_counts, total, suffix_len, sparse = _c_distributions(d, n)
+    tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
+    if len(tokens) != n_counts:
+        raise ValueError(f"distributions with {len(tokens)} tokens and {n_counts} counts")
+    eos = -1 if eos_token_id is None else int(eos_token_id)
+    err = err_buffer()
+    tail = (offsets, ptr(tokens, "uint32_t"), counts, n_counts, total, suffix_len, sparse, int(min_effective_n),
+            len(rules), ptr(rules, "int64_t"), int(separator), eos, out, logp.shape[1], err, len(err))
+    if len(rules):
+        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(n, -1)
+        with index.native_handle() as ix:
+            rc = lib.ig_mix_step_f32(ix, net, 0.0, 0.0, ptr(rows, "int64_t"), n, rows.shape[1], *tail)
+    else:
+        rc = lib.ig_mix_step_f32(ffi.NULL, net, float(lambdas[0]), float(lambdas[1]), ffi.NULL, n, 0, *tail)
+    check(rc, err)
+    return True
+
+
+_NO_LEVELS = np.zeros(0, dtype=np.int64)
 
 
 def _c_distributions(d, n: int) -> list:

@@ -27,7 +27,8 @@ from ..lm.context import context_start, context_starts
 from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
 from .level_cache import LevelDistributions
-from .mixing import HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_sum
+from .mixing import (HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_step,
+                     mix_sum)
 from ..lm.orders import gather_suffixes, level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
@@ -128,11 +129,13 @@ class InfiniGramLogitsProcessor(_Base):
         # DifferenceIndex answers through its cache
         self._rows = RowStates(self._cache) if isinstance(index, InfiniGramIndex) else \
             getattr(self._cache, "row_states", lambda: None)()
+        # On the CPU the whole step after the ∞-gram query is one C call (mix_step): the two λs, and
+        # a learned model over the features it computes (its levels read from a local index).
+        self._fused = mixing is None or (self._host_mixing._net is not None and (
+            not mixing.levels or isinstance(index, InfiniGramIndex)))
         # a model mixing several orders: its levels' distributions, ready to mix (a level's
         # suffix always occurs: its fixed-n distribution); a local index answers a step's levels
         # in one C run, others by batched query, their answers kept by suffix
-        # ... and for the default features, the whole step in one C call (HostMixing.mix_orders)
-        self._fused_orders = isinstance(index, InfiniGramIndex) and mixing is not None and bool(mixing.levels)
         if isinstance(index, InfiniGramIndex):
             self._levels = LevelDistributions(
                 lambda rows, which, lengths: suffix_probs_batch(index, rows, which, lengths,
@@ -232,17 +235,10 @@ class InfiniGramLogitsProcessor(_Base):
         level's (the same rows' shorter suffixes, `LevelDistributions`), weights from the mixing
         model on the host (one C call for the default features, `HostMixing.native_weights`).
         Every component's weighted entries go to `mix_sum`, which adds them up per (row, token)
-        and mixes them with the model's share (one C call on the CPU).
-        A local index, the default features and float32 scores on the CPU: the whole step is one
-        C call instead (`HostMixing.mix_orders`), the same arithmetic."""
+        and mixes them with the model's share (one C call on the CPU). (On the CPU with a local
+        index and the default features, `mix_step` does all of it in one C call instead.)"""
         n = len(rows_np)
-        if self._fused_orders:
-            d = self._distributions(rows_np)
-            if self._host_mixing.mix_orders(self.index, rows_np, d, logp, self.min_effective_n, self.eos_token_id):
-                return logp
-            row_of, tok, cnt, total = self._entries(d, n, width)
-        else:
-            d, row_of, tok, cnt, total = self._query(rows_np, width)
+        d, row_of, tok, cnt, total = self._query(rows_np, width)
         active = self._active(d, total)
         p_inf = cnt / np.maximum(total[row_of], 1.0)
         lengths = level_lengths(self.mixing.levels, d.suffix_len)
@@ -343,6 +339,14 @@ class InfiniGramLogitsProcessor(_Base):
         logp = torch.log_softmax(scores.float(), dim=-1)
         rows_np = input_ids.detach().cpu().numpy()
         self._check_not_right_padded(rows_np)
+        if self._fused and logp.device.type == "cpu":  # (logp: float32 rows, as mix_step needs)
+            local = isinstance(self.index, InfiniGramIndex)
+            if mix_step(logp, self._distributions(rows_np), separator=self.index.separator_id,
+                        eos_token_id=self.eos_token_id, min_effective_n=self.min_effective_n,
+                        lambdas=(self.lambda_sparse, self.lambda_dense), host=self._host_mixing,
+                        index=self.index if local else None, rows=rows_np):
+                return self._guard(rows_np, scores, logp).to(scores.dtype)
+            # (not reached: logp is float32 rows here; the paths below would query again)
         if self.mixing is not None and self.mixing.levels:
             return self._guard(rows_np, scores, self._mix_orders(rows_np, logp, width)).to(scores.dtype)
         if self.mixing is not None and logp.device.type != "cpu":  # λ where the scores are: no device-to-host copy

@@ -22,7 +22,7 @@
  *                        (creativity, attribution)       ig_locate_ranges, ig_doc_window
  *   infinigram_mixing.h  learned mixing weights and the  ig_mixing_lambdas, ig_mixing_weights,
  *                        mixtures on float32 rows        ig_mix_sparse_f32, ig_mix_sum_f32,
- *                                                        ig_mix_orders_f32
+ *                                                        ig_mix_step_f32
  *
  * Next-token distributions have four doors: ig_ntd (one context, fixed n, caller buffers),
  * ig_ntd_batch_run (many queries, fixed n or ∞-gram), ig_ntd_batch_tails (suffixes of the rows of

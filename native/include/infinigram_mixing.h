@@ -88,26 +88,32 @@ int ig_mix_sparse_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, con
 int ig_mix_sum_f32(float *logp, int64_t n_rows, int64_t width, int64_t m, const int64_t *row,
                    const int64_t *tok, const double *val, const double *w_model, char *err, size_t errlen);
 
-/* One decoding step of a model mixing several orders (the net: ig_mixing_weights's), in place in
-   logp (n_rows rows of `vocab` floats), in one call. Given the step's ids (rows: n_rows x width)
-   and each row's ∞-gram distribution as the index gives it (CSR, as for ig_mixing_lambdas, with
-   its tokens), it computes what these calls compute one after the other:
+/* One decoding step of the processor's mixture, in place in logp (n_rows rows of `vocab` floats),
+   in one call. Given each row's ∞-gram distribution as the index gives it (CSR, as for
+   ig_mixing_lambdas, with its tokens; end-of-document listed under `separator`), it computes
+   what these calls compute one after the other:
      - a row mixes when suffix_len[i] + 1 >= min_effective_n and its total is above 0 after
-       end-of-document (the separator) is handled: given to the id eos, or, when eos < 0,
-       dropped and the row renormalized;
-     - level j of a row that mixes is the fixed-n distribution of its last m ids, m from
-       level_rules[j] and L = suffix_len[i]: -1 gives L - 1, -2 gives ⌊L/2⌋, k >= 1 gives k; the
-       level exists when 0 <= m < L (ig_ntd_batch_tails, then ig_ntd_batch_probs);
-     - the weights: ig_mixing_weights over the rows' distributions and the levels' counts;
-     - the mixture: ig_mix_sum_f32 of the ∞-gram's entries (weight 1) and the levels' (weight
-       2 + j), the model's share weight 0.
-   1 to 64 levels. IG_ERR_ARG (nothing written) for malformed arguments, an eos outside the
-   rows, ids outside the vocabulary in a level's suffix or entries outside logp; IG_ERR_NOMEM. */
-int ig_mix_orders_f32(const ig_index *ix, const ig_mixing_net *net, const int64_t *rows, int64_t n_rows,
-                      int64_t width, const int64_t *offsets, const uint32_t *tokens, const uint64_t *counts,
-                      int64_t n_entries, const uint64_t *total, const int64_t *suffix_len, const uint8_t *sparse,
-                      int64_t min_effective_n, int64_t n_levels, const int64_t *level_rules, int64_t eos,
-                      float *logp, int64_t vocab, char *err, size_t errlen);
+       end-of-document is handled: given to the id eos, or, when eos < 0, dropped and the row
+       renormalized;
+     - the weights of the model and the ∞-gram, and of each level:
+         n_levels = 0, net NULL: the two λs, λ = lambda_sparse where sparse[i], else lambda_dense;
+         n_levels = 0, a net: λ from ig_mixing_lambdas;
+         n_levels > 0 (up to 64): ig_mixing_weights over the rows' distributions and the levels'
+           counts. Level j of a row that mixes is the fixed-n distribution of its last m ids in
+           rows (n_rows x width) -- m from level_rules[j] and L = suffix_len[i]: -1 gives L - 1,
+           -2 gives ⌊L/2⌋, k >= 1 gives k; the level exists when 0 <= m < L (ig_ntd_batch_tails
+           on the open index ix, then ig_ntd_batch_probs);
+     - the mixture: ig_mix_sum_f32 of the ∞-gram's entries (weight 1, or λ) and the levels'
+       (weight 2 + j), the model's share weight 0 (or 1 − λ).
+   ix and rows are read only for levels. IG_ERR_ARG (nothing written) for malformed arguments, λs
+   outside [0, 1], an eos outside the rows, ids outside the vocabulary in a level's suffix or
+   entries outside logp; IG_ERR_NOMEM. */
+int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_sparse, double lambda_dense,
+                    const int64_t *rows, int64_t n_rows, int64_t width, const int64_t *offsets,
+                    const uint32_t *tokens, const uint64_t *counts, int64_t n_entries, const uint64_t *total,
+                    const int64_t *suffix_len, const uint8_t *sparse, int64_t min_effective_n, int64_t n_levels,
+                    const int64_t *level_rules, int64_t separator, int64_t eos, float *logp, int64_t vocab,
+                    char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -212,15 +212,17 @@ def test_perplexity_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_
             np.testing.assert_allclose(getattr(again, name), v, err_msg=name)
 
 
-@pytest.mark.parametrize("features", ["all", "default"])  # numpy features; the C call (ig_mixing_lambdas)
-def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path, features):
+@pytest.mark.parametrize("fused", [True, False], ids=["one C step", "numpy path"])
+@pytest.mark.parametrize("features", ["all", "default"])  # numpy features; the C calls (ig_mixing_lambdas, ig_mix_step_f32)
+def test_processor_with_mixing_equals_brute_force(tiny_model, tiny_tok, mixing_index, tmp_path, features, fused):
     from infinigram_hf.lm.learned_mixing import DEFAULT_FEATURES
 
     model = random_model(list(FEATURES if features == "all" else DEFAULT_FEATURES), seed=6)
     path = tmp_path / "m.json"
     model.save(path)
     proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=path)
-    assert (proc._host_mixing._net is not None) == (features == "default")
+    assert (proc._host_mixing._net is not None) == (features == "default") == proc._fused
+    proc._fused = fused and proc._fused
     ref = Reference([tiny_tok.encode(t) for t in SMALL_CORPUS], mixing_index.vocab_size)
     prompts = [tiny_tok.encode(SMALL_CORPUS[0][100:160]), tiny_tok.encode("zebra quux"),
                tiny_tok.encode(SMALL_CORPUS[1][:40])]

@@ -118,14 +118,14 @@ def test_perplexity_with_orders_equals_brute_force(tiny_model, tiny_tok, mixing_
                          ids=["numpy weights", "C weights"])
 def test_processor_with_orders_equals_brute_force(features, levels_by, tiny_model, tiny_tok, mixing_index, tmp_path):
     """Both weight paths (numpy; the C call for the default features), every level path (the
-    whole step in one C call, `HostMixing.mix_orders`, for the default features; a local
+    whole step in one C call, `mix_step`, for the default features; a local
     index's levels in one C call, `suffix_probs_batch`; the batched query other indexes answer,
     kept by suffix), twice over the same rows: the second call of the cached path hits its cache."""
     model = random_orders_model(features, DEFAULT_LEVELS, seed=6)
     model.save(tmp_path / "m.json")
     proc = InfiniGramLogitsProcessor(mixing_index, tokenizer=tiny_tok, mixing=tmp_path / "m.json")
     fused = levels_by == "one C step" and features == list(DEFAULT_FEATURES)
-    proc._fused_orders = levels_by == "one C step"
+    proc._fused = levels_by == "one C step"
     if levels_by == "query + cache":  # what a served, routed or difference index gets
         from infinigram_hf.hf.level_cache import LevelDistributions
         proc._levels = LevelDistributions(proc._level_probs, max_items=64)
@@ -164,14 +164,20 @@ def test_processor_with_orders_equals_brute_force(features, levels_by, tiny_mode
     assert got[0, 5] == -np.inf
 
 
+@pytest.mark.parametrize("kind", ["two λs", "two λs, λ = 1", "two-way learned", "levels"])
 @pytest.mark.parametrize("eos", [0, 7, None], ids=["eos 0", "eos a real token", "no eos"])
 @pytest.mark.parametrize("min_n", [1, 4])
-def test_one_c_step_equals_the_numpy_path(eos, min_n, tiny_tok, mixing_index):
-    """HostMixing.mix_orders (ig_mix_orders_f32) gives what the numpy path gives, whatever the EOS
-    handling (moved to EOS, merged with a real token's entry, or dropped and renormalized) and
-    min_effective_n; random contexts, some in the corpus, some not, some after padding."""
+def test_one_c_step_equals_the_numpy_path(kind, eos, min_n, tiny_tok, mixing_index):
+    """mix_step (ig_mix_step_f32) gives what the numpy path gives for every mixture it does,
+    whatever the EOS handling (moved to EOS, merged with a real token's entry, or dropped and
+    renormalized) and min_effective_n; random contexts, some in the corpus, some not, some after
+    padding."""
+    from test_learned_mixing import random_model
+
     rng = np.random.default_rng(min_n)
-    model = random_orders_model(list(DEFAULT_FEATURES), ("L-1", "L/2", "1", "2"), seed=3)
+    model = {"two λs": None, "two λs, λ = 1": None, "two-way learned": random_model(list(DEFAULT_FEATURES), seed=2),
+             "levels": random_orders_model(list(DEFAULT_FEATURES), ("L-1", "L/2", "1", "2"), seed=3)}[kind]
+    lambdas = (1.0, 1.0) if kind == "two λs, λ = 1" else (0.6, 0.3)
     text = tiny_tok.encode(SMALL_CORPUS[1])
     rows = [text[s:s + 24] for s in rng.integers(0, len(text) - 24, size=5)]
     rows += [list(rng.integers(0, mixing_index.vocab_size, 24)), [0] * 20 + text[:4]]
@@ -179,19 +185,20 @@ def test_one_c_step_equals_the_numpy_path(eos, min_n, tiny_tok, mixing_index):
     scores = torch.from_numpy(rng.normal(size=(len(rows), mixing_index.vocab_size + 3)) * 2).float()
     outs = []
     for fused in (True, False):
-        proc = InfiniGramLogitsProcessor(mixing_index, mixing=model, min_effective_n=min_n, pad_token_id=0)
+        proc = InfiniGramLogitsProcessor(mixing_index, *lambdas, mixing=model, min_effective_n=min_n, pad_token_id=0)
         proc.eos_token_id = eos
-        proc._fused_orders = fused
+        proc._fused = fused
         outs.append(proc(ids, scores.clone()).double().numpy())
-        assert (proc._levels.stats["queried"] == 0) == fused
+        assert (proc._levels.stats["queried"] == 0) == (fused or kind != "levels")
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.exp(outs[0]).sum(-1), 1.0, atol=1e-5)
 
 
 def test_one_c_step_refuses_bad_arguments_and_writes_nothing(mixing_index):
-    """ig_mix_orders_f32 called directly with what the package never passes: unknown level rules,
-    no levels, decreasing offsets, a level's suffix holding an id outside the vocabulary, an EOS
-    id outside the rows: a clear IG_ERR_ARG and the rows untouched."""
+    """ig_mix_step_f32 called directly with what the package never passes: unknown level rules,
+    more than 64 levels, levels without an index, λs outside [0, 1], decreasing offsets, a level's
+    suffix holding an id outside the vocabulary, an EOS id outside the rows: a clear IG_ERR_ARG
+    and the rows untouched."""
     from infinigram_hf._core.native import ffi, lib
     from infinigram_hf.hf.mixing import HostMixing, _c_distributions
 
@@ -200,7 +207,7 @@ def test_one_c_step_refuses_bad_arguments_and_writes_nothing(mixing_index):
     d = mixing_index.infgram_ntd_batch([[5, 6, 7]])
     d.suffix_len[:] = 3  # as if the three ids matched, so that level "1" asks for the last one
 
-    def call(rows, rules=(1,), offsets=None, eos=0):
+    def call(rows, rules=(1,), offsets=None, eos=0, lambdas=(0.5, 0.5), net=True, index=True):
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         rules = np.asarray(rules, dtype=np.int64)
         logp = np.full((1, vocab + 1), -3.0, dtype=np.float32)
@@ -210,14 +217,20 @@ def test_one_c_step_refuses_bad_arguments_and_writes_nothing(mixing_index):
         tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
         err = ffi.new("char[256]")
         with mixing_index.native_handle() as ix:
-            rc = lib.ig_mix_orders_f32(ix, host._net[0], ffi.cast("int64_t *", rows.ctypes.data), 1, rows.shape[1],
-                                       c[0], ffi.cast("uint32_t *", tokens.ctypes.data), *c[1:], 1, len(rules),
-                                       ffi.cast("int64_t *", rules.ctypes.data), eos,
-                                       ffi.cast("float *", logp.ctypes.data), vocab + 1, err, 256)
+            rc = lib.ig_mix_step_f32(ix if index else ffi.NULL, host._net[0] if net else ffi.NULL, *lambdas,
+                                     ffi.cast("int64_t *", rows.ctypes.data), 1, rows.shape[1], c[0],
+                                     ffi.cast("uint32_t *", tokens.ctypes.data), *c[1:], 1, len(rules),
+                                     ffi.cast("int64_t *", rules.ctypes.data), mixing_index.separator_id, eos,
+                                     ffi.cast("float *", logp.ctypes.data), vocab + 1, err, 256)
         return rc, ffi.string(err).decode(), (logp == -3.0).all()
 
     assert call([[5, 6, 7]])[0] == lib.IG_OK
-    for args, message in [(dict(rows=[[5, 6, 7]], rules=(0,)), "rule"), (dict(rows=[[5, 6, 7]], rules=()), "levels"),
+    assert call([[5, 6, 7]], rules=(), net=False, lambdas=(1.0, 0.0))[0] == lib.IG_OK  # the two λs
+    for args, message in [(dict(rows=[[5, 6, 7]], rules=(0,)), "rule"),
+                          (dict(rows=[[5, 6, 7]], rules=(1,) * 65), "64 levels"),
+                          (dict(rows=[[5, 6, 7]], index=False), "levels need"),
+                          (dict(rows=[[5, 6, 7]], rules=(), net=False, lambdas=(1.5, 0.2)), "[0, 1]"),
+                          (dict(rows=[[5, 6, 7]], rules=(), net=False, lambdas=(float("nan"), 0.2)), "[0, 1]"),
                           (dict(rows=[[5, 6, 7]], offsets=np.array([5, 0], dtype=np.int64)), "offsets"),
                           (dict(rows=[[5, 6, vocab + 4]]), "outside the vocabulary"),
                           (dict(rows=[[5, 6, 7]], eos=vocab + 9), "eos")]:

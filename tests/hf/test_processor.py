@@ -35,15 +35,28 @@ def dense_row(index, context, width: int, eos: int):
     return row, d.sparse
 
 
+@pytest.fixture(params=[True, False], ids=["one C step", "numpy path"])
+def fused(request):
+    """The processor's two CPU paths: the whole step in one C call (mix_step), and the numpy
+    path other devices take (kept here on the CPU by turning the C step off)."""
+    return request.param
+
+
+def processor(*args, fused: bool, **kw) -> InfiniGramLogitsProcessor:
+    proc = InfiniGramLogitsProcessor(*args, **kw)
+    proc._fused = fused
+    return proc
+
+
 @pytest.fixture(scope="module")
 def docs(tiny_tok):
     return [tiny_tok.encode(t) for t in TEXTS]
 
 
-def test_mixture_matches_brute_force_hand_computation(tiny_index, tiny_tok, docs):
+def test_mixture_matches_brute_force_hand_computation(tiny_index, tiny_tok, docs, fused):
     ref = Reference(docs, tiny_index.vocab_size)
     width = len(tiny_tok) + MODEL_EXTRA_ROWS
-    proc = InfiniGramLogitsProcessor(tiny_index, LS, LD, tokenizer=tiny_tok)
+    proc = processor(tiny_index, LS, LD, fused=fused, tokenizer=tiny_tok)
     rng = np.random.default_rng(0)
     contexts = [docs[0][:7], docs[1][40:48], docs[4][-6:], [5, 9, 200, 17], [], docs[2][100:103]]
     seen_sparse = set()
@@ -63,22 +76,22 @@ def test_mixture_matches_brute_force_hand_computation(tiny_index, tiny_tok, docs
     assert seen_sparse == {True, False}
 
 
-def test_end_of_document_maps_to_eos_and_padded_vocab_gets_no_mass(tiny_index, tiny_tok, docs):
+def test_end_of_document_maps_to_eos_and_padded_vocab_gets_no_mass(tiny_index, tiny_tok, docs, fused):
     width = len(tiny_tok) + MODEL_EXTRA_ROWS
-    proc = InfiniGramLogitsProcessor(tiny_index, 1.0, 1.0, tokenizer=tiny_tok)
+    proc = processor(tiny_index, 1.0, 1.0, fused=fused, tokenizer=tiny_tok)
     tail = docs[3][-40:]  # long enough to be unique: the document ends right after it
     out = proc(torch.tensor([tail]), torch.zeros(1, width))
     assert out[0, tiny_tok.eos_token_id].item() == pytest.approx(0.0, abs=1e-6)  # P = 1
-    proc = InfiniGramLogitsProcessor(tiny_index, 0.5, 0.5, tokenizer=tiny_tok)
+    proc = processor(tiny_index, 0.5, 0.5, fused=fused, tokenizer=tiny_tok)
     scores = torch.randn(1, width)
     out = proc(torch.tensor([docs[0][:5]]), scores)
     extra = torch.log(0.5 * torch.softmax(scores, -1))[0, len(tiny_tok):]
     torch.testing.assert_close(out[0, len(tiny_tok):], extra)
 
 
-def test_min_effective_n_leaves_neural_untouched(tiny_index, tiny_tok, docs):
+def test_min_effective_n_leaves_neural_untouched(tiny_index, tiny_tok, docs, fused):
     width = len(tiny_tok) + MODEL_EXTRA_ROWS
-    proc = InfiniGramLogitsProcessor(tiny_index, 0.9, 0.9, tokenizer=tiny_tok, min_effective_n=6)
+    proc = processor(tiny_index, 0.9, 0.9, fused=fused, tokenizer=tiny_tok, min_effective_n=6)
     scores = torch.randn(2, width)
     short = [tiny_index.vocab_size - 1, 7]            # matches at most 2 tokens (effective n <= 3)
     long = docs[1][10:30]                             # matches all 20 tokens
@@ -89,10 +102,10 @@ def test_min_effective_n_leaves_neural_untouched(tiny_index, tiny_tok, docs):
     np.testing.assert_allclose(out[1].numpy(), hand_mixture(row, sparse, scores[1].numpy(), 0.9, 0.9), atol=1e-5)
 
 
-def test_left_padding_and_boundaries_are_stripped(tiny_index, tiny_tok, docs):
+def test_left_padding_and_boundaries_are_stripped(tiny_index, tiny_tok, docs, fused):
     width = len(tiny_tok) + MODEL_EXTRA_ROWS
     pad = 7  # a pad id distinct from EOS, to see that only the leading run is stripped
-    proc = InfiniGramLogitsProcessor(tiny_index, LS, LD, tokenizer=tiny_tok, pad_token_id=pad)
+    proc = processor(tiny_index, LS, LD, fused=fused, tokenizer=tiny_tok, pad_token_id=pad)
     ctx = docs[2][50:60]
     scores = torch.randn(1, width).repeat(4, 1)
     ids = torch.tensor([[pad] * 5 + ctx,
@@ -107,9 +120,9 @@ def test_left_padding_and_boundaries_are_stripped(tiny_index, tiny_tok, docs):
     assert proc.context(np.array([pad, pad, 5, pad, 6])).tolist() == [5, pad, 6]
 
 
-def test_masked_tokens_stay_masked_and_dtype_kept(tiny_index, tiny_tok, docs):
+def test_masked_tokens_stay_masked_and_dtype_kept(tiny_index, tiny_tok, docs, fused):
     width = len(tiny_tok) + MODEL_EXTRA_ROWS
-    proc = InfiniGramLogitsProcessor(tiny_index, 1.0, 1.0, tokenizer=tiny_tok)
+    proc = processor(tiny_index, 1.0, 1.0, fused=fused, tokenizer=tiny_tok)
     tail = docs[3][-40:]
     scores = torch.zeros(1, width)
     scores[0, 0] = -float("inf")                      # e.g. min_new_tokens forbids EOS
