@@ -31,7 +31,7 @@ def run_json(capsys, argv) -> dict:
 def test_fit_then_perplexity_equal_the_library(files, tiny_index, tiny_model, tiny_tok, capsys):
     ix = str(tiny_index.paths[0])
     out = files / "mixing.json"
-    for levels, want_levels in ([], ["2"]), (["--levels", "none"], []):  # the default fit mixes level "2" in
+    for levels, want_levels in ([], ["3"]), (["--levels", "none"], []):  # the default fit mixes level "3" in
         fit = run_json(capsys, ["fit-mixing", ix, "--model", str(files / "model"), "--data", str(files / "val.txt"),
                                 "--family", "logistic", "--out", str(out), "--no-progress"] + levels)
         assert fit["family"] == "logistic" and fit["levels"] == want_levels and out.is_file()
