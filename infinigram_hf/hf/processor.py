@@ -72,7 +72,7 @@ class InfiniGramLogitsProcessor(_Base):
             λ is computed on the scores' device; rows below min_effective_n still get λ = 0.
             A model mixing several orders (fit with `levels`) also queries each row's shorter
             suffixes and mixes every component at once on the host: for a local index, the
-            default features and CPU scores, one C call per step (`HostMixing.mix_orders`);
+            default features and CPU scores, one C call per step (`mix_step`);
             otherwise one batched query per step (another index's answers kept by suffix, up to
             cache_size of them: `LevelDistributions`).
 
