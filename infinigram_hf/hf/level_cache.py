@@ -48,7 +48,7 @@ class LevelDistributions:
         and each suffix's count (its distribution's total, 0 for none). rows: (batch, width) ids."""
         if not self.max_items:
             self.stats["queried"] += len(sel)
-            return self._fetch(rows, sel, lengths)
+            return self._probs(rows, sel, lengths)
         width = rows.shape[1]
         keys = [rows[r, width - m:].tobytes() if m else b"" for r, m in zip(sel.tolist(), lengths.tolist())]
         got = [self._items.get(k) for k in keys]
@@ -59,7 +59,7 @@ class LevelDistributions:
             if got[i] is not None:
                 self._items.move_to_end(k)
         if missing:
-            for i, item in zip(missing, self._split(*self._fetch(rows, sel[missing], lengths[missing]))):
+            for i, item in zip(missing, self._split(*self._probs(rows, sel[missing], lengths[missing]))):
                 got[i] = item
                 if keys[i] not in self._items:
                     self._items[keys[i]] = item
@@ -71,10 +71,6 @@ class LevelDistributions:
         tok = np.concatenate([g[0] for g in got]) if got else _EMPTY_I
         p = np.concatenate([g[1] for g in got]) if got else _EMPTY_F
         return item, tok, p, np.array([g[2] for g in got], dtype=np.float64)
-
-    def _fetch(self, rows: np.ndarray, sel: np.ndarray, lengths: np.ndarray) -> tuple:
-        """(item, token, P, total) of rows[sel[i]]'s last lengths[i] tokens: one batched query."""
-        return self._probs(rows, sel, lengths)
 
     @staticmethod
     def _split(item: np.ndarray, tok: np.ndarray, p: np.ndarray, total: np.ndarray) -> list:

@@ -350,24 +350,26 @@ class HostMixing:
         return learned_lambdas_host(self.model, host, active, logp, entries)
 
 
+def mix_step_covers(host: Optional[HostMixing], local_index: bool) -> bool:
+    """Whether `mix_step` computes a processor's mixture: the two λs (no `host`), or a learned
+    model over the features the C call computes whose levels, if any, come from a local index."""
+    return host is None or (host._net is not None and (not host.model.levels or local_index))
+
+
 def mix_step(logp: torch.Tensor, d, *, separator: int, eos_token_id: Optional[int], min_effective_n: int,
              lambdas: tuple = (0.0, 0.0), host: Optional[HostMixing] = None, index=None,
-             rows: Optional[np.ndarray] = None) -> bool:
+             rows: Optional[np.ndarray] = None) -> torch.Tensor:
     """A decoding step's whole mixture in one C call (ig_mix_step_f32), into logp in place: the
     two λs (`lambdas`, no `host`), or a learned model's (`host`: its net; a model mixing several
     orders also reads its levels from the local `index` and the step's ids `rows`). d: the rows'
     ∞-gram distributions as the index gives them (end-of-document under `separator`). The same
     arithmetic as the processor's numpy path, without its dozens of small numpy and cffi calls.
-    False (nothing done) where the call does not apply: logp not float32 rows on the CPU, a
-    model over features the call does not compute, levels without a local index."""
+    For float32 rows on the CPU and what `mix_step_covers` (ValueError otherwise)."""
     out = _c_rows(logp)
-    net, rules = ffi.NULL, _NO_LEVELS
-    if host is not None:
-        if host._net is None or (host.model.levels and index is None):
-            return False
-        net, rules = host._net[0], host._level_rules
-    if out is None:
-        return False
+    if out is None or not mix_step_covers(host, index is not None):
+        raise ValueError("mix_step: needs float32 rows on the CPU, and a model whose features the C call computes "
+                         "(levels: a local index)")
+    net, rules = (ffi.NULL, _NO_LEVELS) if host is None else (host._net[0], host._level_rules)
     n = logp.shape[0]
     offsets, counts, n_counts, total, suffix_len, sparse = _c_distributions(d, n)
     tokens = np.ascontiguousarray(d.token_ids, dtype=np.uint32)
@@ -384,7 +386,7 @@ def mix_step(logp: torch.Tensor, d, *, separator: int, eos_token_id: Optional[in
     else:
         rc = lib.ig_mix_step_f32(ffi.NULL, net, float(lambdas[0]), float(lambdas[1]), ffi.NULL, n, 0, *tail)
     check(rc, err)
-    return True
+    return logp
 
 
 _NO_LEVELS = np.zeros(0, dtype=np.int64)

@@ -28,7 +28,7 @@ from ..lm.copy_guard import CopyStep, forbidden_next
 from ..lm.learned_mixing import first_max_per_row, level_inputs, uses_agreement
 from .level_cache import LevelDistributions
 from .mixing import (HOST_COLUMNS, DeviceMixing, HostMixing, host_features, mix_sparse, mix_sparse_learned, mix_step,
-                     mix_sum)
+                     mix_step_covers, mix_sum)
 from ..lm.orders import gather_suffixes, level_lengths
 from ..lm.mixture import DEFAULT_LAMBDA_DENSE, DEFAULT_LAMBDA_SPARSE, check_lambda, check_model_vocab
 
@@ -131,8 +131,8 @@ class InfiniGramLogitsProcessor(_Base):
             getattr(self._cache, "row_states", lambda: None)()
         # On the CPU the whole step after the ∞-gram query is one C call (mix_step): the two λs, and
         # a learned model over the features it computes (its levels read from a local index).
-        self._fused = mixing is None or (self._host_mixing._net is not None and (
-            not mixing.levels or isinstance(index, InfiniGramIndex)))
+        self._local = isinstance(index, InfiniGramIndex)
+        self._fused = mix_step_covers(self._host_mixing, self._local)
         # a model mixing several orders: its levels' distributions, ready to mix (a level's
         # suffix always occurs: its fixed-n distribution); a local index answers a step's levels
         # in one C run, others by batched query, their answers kept by suffix
@@ -253,11 +253,8 @@ class InfiniGramLogitsProcessor(_Base):
             x = host_features(self.mixing.features, self._host_columns(d, n), logp, entries)
             w = self.mixing.weights_from_inputs(np.concatenate([x, level_inputs(level_count)], axis=1), active,
                                                 level_count > 0)
-        if not len(pair_row):  # no level anywhere: the ∞-gram against the model, λ = its weight
-            lam = w[:, 1]
-            keep = lam[row_of] > 0
-            row_of, tok = row_of[keep], tok[keep]
-            return mix_sparse(logp, row_of, tok, np.log(lam[row_of] * p_inf[keep]), lam)
+        if not len(pair_row):  # no level anywhere
+            return mix_sum(logp, row_of, tok, w[row_of, 1] * p_inf, w[:, 0])
         r_m = pair_row[pair]
         rows = np.concatenate([row_of, r_m])
         toks = np.concatenate([tok, tok_m])
@@ -340,13 +337,11 @@ class InfiniGramLogitsProcessor(_Base):
         rows_np = input_ids.detach().cpu().numpy()
         self._check_not_right_padded(rows_np)
         if self._fused and logp.device.type == "cpu":  # (logp: float32 rows, as mix_step needs)
-            local = isinstance(self.index, InfiniGramIndex)
-            if mix_step(logp, self._distributions(rows_np), separator=self.index.separator_id,
-                        eos_token_id=self.eos_token_id, min_effective_n=self.min_effective_n,
-                        lambdas=(self.lambda_sparse, self.lambda_dense), host=self._host_mixing,
-                        index=self.index if local else None, rows=rows_np):
-                return self._guard(rows_np, scores, logp).to(scores.dtype)
-            # (not reached: logp is float32 rows here; the paths below would query again)
+            mix_step(logp, self._distributions(rows_np), separator=self.index.separator_id,
+                     eos_token_id=self.eos_token_id, min_effective_n=self.min_effective_n,
+                     lambdas=(self.lambda_sparse, self.lambda_dense), host=self._host_mixing,
+                     index=self.index if self._local else None, rows=rows_np)
+            return self._guard(rows_np, scores, logp).to(scores.dtype)
         if self.mixing is not None and self.mixing.levels:
             return self._guard(rows_np, scores, self._mix_orders(rows_np, logp, width)).to(scores.dtype)
         if self.mixing is not None and logp.device.type != "cpu":  # λ where the scores are: no device-to-host copy

@@ -20,13 +20,13 @@ static int64_t level_length(int64_t rule, int64_t L) {
 }
 
 typedef struct { /* every array the step allocates, freed together */
-    int64_t *which, *lengths, *pair_row, *pair_level, *item, *tok, *row;
+    int64_t *which, *lengths, *pair_level, *item, *tok, *row, *tok_all; /* which: each pair's row */
     double *prob, *totals, *level_count, *weights, *w_model, *val, *total_used;
     uint8_t *active;
 } step_arrays;
 
 static void free_arrays(step_arrays *a) {
-    free(a->which), free(a->lengths), free(a->pair_row), free(a->pair_level), free(a->item), free(a->tok);
+    free(a->which), free(a->lengths), free(a->pair_level), free(a->item), free(a->tok), free(a->tok_all);
     free(a->row), free(a->prob), free(a->totals), free(a->level_count), free(a->weights), free(a->w_model);
     free(a->val), free(a->total_used), free(a->active);
 }
@@ -68,7 +68,6 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
     step_arrays a = {0};
     a.which = malloc(pairs_max * sizeof(int64_t));
     a.lengths = malloc(pairs_max * sizeof(int64_t));
-    a.pair_row = malloc(pairs_max * sizeof(int64_t));
     a.pair_level = malloc(pairs_max * sizeof(int64_t));
     a.totals = malloc(pairs_max * sizeof(double));
     a.level_count = calloc(pairs_max, sizeof(double));
@@ -76,7 +75,7 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
     a.w_model = malloc(n1 * sizeof(double));
     a.total_used = malloc(n1 * sizeof(double));
     a.active = malloc(n1);
-    if (!a.which || !a.lengths || !a.pair_row || !a.pair_level || !a.totals || !a.level_count || !a.weights ||
+    if (!a.which || !a.lengths || !a.pair_level || !a.totals || !a.level_count || !a.weights ||
         !a.w_model || !a.total_used || !a.active) {
         free_arrays(&a);
         return ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_step_f32: out of memory");
@@ -95,7 +94,7 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
         for (int64_t j = 0; j < n_levels && a.active[i]; j++) {
             int64_t m = level_length(level_rules[j], suffix_len[i]);
             if (m < 0) continue;
-            a.which[n_pairs] = i, a.lengths[n_pairs] = m, a.pair_row[n_pairs] = i, a.pair_level[n_pairs++] = j;
+            a.which[n_pairs] = i, a.lengths[n_pairs] = m, a.pair_level[n_pairs++] = j;
         }
     int64_t n_level_entries = 0;
     int rc = IG_OK;
@@ -115,7 +114,7 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
         }
         ig_ntd_batch_free(b);
         for (int64_t p = 0; rc == IG_OK && p < n_pairs; p++)
-            a.level_count[a.pair_row[p] * n_levels + a.pair_level[p]] = a.totals[p];
+            a.level_count[a.which[p] * n_levels + a.pair_level[p]] = a.totals[p];
     }
     if (rc == IG_OK && n_levels > 0) {
         rc = ig_mixing_weights(net, n_rows, offsets, counts, n_entries, total, suffix_len, sparse, a.active, n_levels,
@@ -136,9 +135,8 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
     if (rc == IG_OK) {
         a.row = malloc(mm * sizeof(int64_t));
         a.val = malloc(mm * sizeof(double));
-        int64_t *tok_all = malloc(mm * sizeof(int64_t));
-        if (!a.row || !a.val || !tok_all) {
-            free(tok_all);
+        a.tok_all = malloc(mm * sizeof(int64_t));
+        if (!a.row || !a.val || !a.tok_all) {
             rc = ig_fail(err, errlen, IG_ERR_NOMEM, "ig_mix_step_f32: out of memory");
         } else {
             for (int64_t i = 0; i < n_rows; i++) {
@@ -151,15 +149,14 @@ int ig_mix_step_f32(const ig_index *ix, const ig_mixing_net *net, double lambda_
                         if (eos < 0) continue;
                         t = eos;
                     }
-                    a.row[k] = i, tok_all[k] = t, a.val[k++] = (double)counts[e] * scale;
+                    a.row[k] = i, a.tok_all[k] = t, a.val[k++] = (double)counts[e] * scale;
                 }
             }
             for (int64_t e = 0; e < n_level_entries; e++) {
-                int64_t p = a.item[e], i = a.pair_row[p];
-                a.row[k] = i, tok_all[k] = a.tok[e], a.val[k++] = a.weights[i * k_out + 2 + a.pair_level[p]] * a.prob[e];
+                int64_t p = a.item[e], i = a.which[p];
+                a.row[k] = i, a.tok_all[k] = a.tok[e], a.val[k++] = a.weights[i * k_out + 2 + a.pair_level[p]] * a.prob[e];
             }
-            rc = ig_mix_sum_f32(logp, n_rows, vocab, k, a.row, tok_all, a.val, a.w_model, err, errlen);
-            free(tok_all);
+            rc = ig_mix_sum_f32(logp, n_rows, vocab, k, a.row, a.tok_all, a.val, a.w_model, err, errlen);
         }
     }
     free_arrays(&a);
